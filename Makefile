@@ -1,0 +1,73 @@
+# picotron.c: `make` builds ./train and ./create_config for the CPU; `make GPU=1` for CUDA.
+# `make run` and `make test` first install what is missing (scripts/install_deps.sh).
+CC       = mpicc
+CFLAGS  ?= -O2 -march=native -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -fopenmp -I. $(shell pkg-config --cflags libcjson 2>/dev/null)
+LDLIBS   = -lcjson -lm -fopenmp
+BUILD   ?= build
+NP      ?= 8
+
+ifeq ($(GPU),1)
+  CUDA_HOME ?= /usr/local/cuda
+  CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+  NVCC      = $(CUDA_HOME)/bin/nvcc
+  NVFLAGS   = -O2 -std=c++17 $(CUDA_ARCH) -I. $(shell mpicc -show | tr ' ' '\n' | grep '^-I') \
+              -Xcompiler -Wall,-Wextra
+  BACKEND_SRC = $(wildcard backend/cuda/*.cu)
+  BACKEND_OBJ = $(BACKEND_SRC:%.cu=$(BUILD)/%.o)
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  BUILD    := build-gpu
+else
+  BACKEND_SRC = $(wildcard backend/cpu/*.c)
+  BACKEND_OBJ = $(BACKEND_SRC:%.c=$(BUILD)/%.o)
+  LDLIBS   += -lblis
+endif
+
+CORE_SRC = utils.c config.c data.c model.c process_group_manager.c data_parallel.c \
+           tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c
+CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
+TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+
+.PHONY: all deps run test test-asan clean format
+all: train create_config $(TESTS) $(BENCHES)
+
+train: $(BUILD)/train.o $(CORE_OBJ)
+	$(CC) -o $@ $^ $(LDLIBS)
+create_config: $(BUILD)/create_config.o $(CORE_OBJ)
+	$(CC) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/%: tests/%.c $(CORE_OBJ) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
+$(BUILD)/bench/%: bench/%.c $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
+$(BUILD)/%.o: %.c $(wildcard *.h backend/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+$(BUILD)/%.o: %.cu $(wildcard *.h backend/*.h backend/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+deps:
+	@bash scripts/install_deps.sh
+
+# the default model on the bundled corpus, dp=2 x tp=2 x pp=2, 1F1B, on 8 ranks
+run: deps
+	@$(MAKE) --no-print-directory all
+	@bash scripts/run_default.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/run_tests.sh
+
+# the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
+test-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" all
+	@ASAN_OPTIONS=detect_leaks=0 PICOTRON_BUILD=build-asan bash tests/run_tests.sh
+
+format:
+	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c
+
+clean:
+	rm -rf build build-asan build-gpu train create_config

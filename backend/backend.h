@@ -1,0 +1,119 @@
+// The one interface between the model and a device.
+// model.c and the *_parallel.c files call only what is declared here; the CPU build links
+// backend/cpu/*.c (loops + CBLAS + MPI), `make GPU=1` links backend/cuda/*.cu (CUDA + cuBLAS + NCCL).
+// Every pointer named a tensor lives in device memory: callers pass it on, never dereference it.
+// Size letters: N rows (tokens), B batch, T tokens this rank holds, C hidden, OC output features,
+// H query heads, KV key/value heads, D head dim, V vocab rows this rank holds.
+// Every backward ACCUMULATES (+=) into its outputs; callers zero what must start from zero.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+// ---------------------------------------------------------------------------------------------
+// device memory (backend/*/memory.*)
+void backend_init(int local_rank);             // picks the device; a no-op on the CPU
+void *device_malloc(size_t bytes);             // zeroed
+void device_free(void *ptr);
+void device_zero(void *ptr, size_t bytes);
+void device_copy(void *dst, const void *src, size_t bytes);        // device -> device
+void host_to_device(void *dst, const void *src, size_t bytes);
+void device_to_host(void *dst, const void *src, size_t bytes);
+void device_synchronize(void);
+size_t device_memory_used(void);               // bytes in use by this process (peak RSS on the CPU)
+double device_peak_flops(void);                // FLOP/s of the device in use, for MFU
+
+// ---------------------------------------------------------------------------------------------
+// elementwise (backend/*/elementwise.*)
+void fill(float *x, float value, size_t n);
+void add_inplace(float *y, const float *x, size_t n);               // y += x
+void scale_inplace(float *x, float s, size_t n);                    // x *= s
+void sum_squares(float *out, const float *x, size_t n);             // out[0] += sum(x^2)
+void sum_reduce(float *out, const float *x, size_t n);              // out[0] += sum(x)
+
+// ---------------------------------------------------------------------------------------------
+// matrix products (backend/*/matmul.*): a linear layer without bias, weight as torch stores it.
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T
+void matmul_forward(float *out, const float *inp, const float *weight, int N, int C, int OC);
+// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp. Either output may be NULL.
+void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC);
+
+// ---------------------------------------------------------------------------------------------
+// embedding (backend/*/embedding.*): this rank holds rows [vocab_start, vocab_start + V) of the
+// table; a token outside that range gives a zero row (the vocab-parallel all-reduce fills it in).
+// out (N, C), tokens (N), wte (V, C)
+void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
+                       int vocab_start, int V);
+void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C,
+                        int vocab_start, int V);
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm (backend/*/rmsnorm.*). out, inp: (N, C)  weight: (C)  rstd: (N), saved for backward
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                     float eps);
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                      const float *weight, const float *rstd, int N, int C);
+
+// ---------------------------------------------------------------------------------------------
+// rotary position embedding, Hugging Face Llama's rotate-half layout (backend/*/rope.*).
+// x: (B, T, NH, D), rotated in place; cos, sin: (T, D/2) for the global positions this rank holds
+void rope_forward(float *x, const float *cos, const float *sin, int B, int T, int NH, int D);
+// dx: (B, T, NH, D) in place: the gradient of a rotation is the inverse rotation
+void rope_backward(float *dx, const float *cos, const float *sin, int B, int T, int NH, int D);
+
+// ---------------------------------------------------------------------------------------------
+// attention of one (query block, key/value block) pair (backend/*/attention.*); ring attention
+// calls it once per block that travels round the context-parallel ring, plain attention is the
+// ring of one. Grouped-query: query head h reads kv head h / (H / KV).
+// q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos: (Tq), k_pos: (Tk) global positions (causal mask:
+// key j is seen by query i iff k_pos[j] <= q_pos[i])  out: (B, Tq, H, D)  lse: (B, H, Tq)
+// The block's softmax is merged into (out, lse) with the log-sum-exp update; start from out = 0,
+// lse = -INFINITY.
+void attention_forward_block(float *out, float *lse, const float *q, const float *k,
+                             const float *v, const int *q_pos, const int *k_pos, int B, int Tq,
+                             int Tk, int H, int KV, int D);
+// delta (B, H, Tq) = rowsum(dout * out), once per step, before the blocks
+void attention_backward_delta(float *delta, const float *dout, const float *out, int B, int T,
+                              int H, int D);
+// dq (B, Tq, H, D) += ..., dk, dv (B, Tk, KV, D) += ... for one block; probabilities are
+// recomputed from the final lse
+void attention_backward_block(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *lse,
+                              const float *delta, const int *q_pos, const int *k_pos, int B,
+                              int Tq, int Tk, int H, int KV, int D);
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU (backend/*/swiglu.*): out = silu(gate) * up, all (N)
+void swiglu_forward(float *out, const float *gate, const float *up, size_t N);
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t N);
+
+// ---------------------------------------------------------------------------------------------
+// cross-entropy from a vocab shard (backend/*/cross_entropy.*): logits (N, V) hold the columns
+// [vocab_start, vocab_start + V) of the full vocabulary. The tensor-parallel loss all-reduces the
+// partial results between the calls, so no rank ever holds (N, full vocab).
+void cross_entropy_max(float *maxes, const float *logits, int N, int V);          // maxes (N)
+// sumexp (N) = sum_j exp(logit_j - maxes); target_logit (N) = logit of the target if in this
+// shard, else 0
+void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logits,
+                          const float *maxes, const int *targets, int N, int V, int vocab_start);
+// losses (N) = log(sumexp) + maxes - target_logit
+void cross_entropy_loss(float *losses, const float *maxes, const float *sumexp,
+                        const float *target_logit, int N);
+// dlogits (N, V) += dloss * (softmax - onehot(target))
+void cross_entropy_backward(float *dlogits, const float *logits, const float *maxes,
+                            const float *sumexp, const int *targets, float dloss, int N, int V,
+                            int vocab_start);
+
+// ---------------------------------------------------------------------------------------------
+// AdamW (backend/*/adamw.*), torch.optim.AdamW's update with bias correction; t counts from 1
+void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t);
+
+// ---------------------------------------------------------------------------------------------
+// deterministic init (backend/*/init.*): element i of a tensor is a pure function of
+// (seed, name_hash, global index), so every layout starts from the same weights.
+// out (rows, cols) is the block [row0, row0+rows) x [col0, col0+cols) of a (.., global_cols) tensor
+// kind 0: uniform(-bound, bound); kind 1: normal(0, bound); kind 2: the constant bound
+void init_tensor(float *out, uint64_t seed, uint64_t name_hash, int kind, float bound, int rows,
+                 int cols, int row0, int col0, int global_cols);

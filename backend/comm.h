@@ -1,0 +1,41 @@
+// Collectives over one process group (backend/cpu/comm_mpi.c; NCCL in backend/cuda/comm_nccl.cu).
+// Buffers are device tensors of floats. A group of one rank makes every call a no-op copy, so
+// model.c calls the same functions whatever the layout.
+// Every wait goes through comm_wait(), which tests and yields the CPU: MPICH's blocking calls
+// busy-poll, and with 8 ranks on 2 cores that makes a 1-float all-reduce 100x slower.
+#pragma once
+#include <stddef.h>
+#include <mpi.h>
+
+typedef struct {
+    int rank, size;
+    MPI_Comm comm;   // always present: MPI hands out NCCL ids and carries the "mpi" backend
+    void *nccl;      // ncclComm_t in the GPU build with backend "nccl", else NULL
+} Group;
+
+typedef enum { REDUCE_SUM, REDUCE_AVG, REDUCE_MAX } ReduceOp;
+
+// a communication in flight; comm_wait() ends it
+typedef struct {
+    MPI_Request req[2];
+    int count;               // requests in use
+    float *avg_buf;          // REDUCE_AVG: scaled by 1/size when the sum arrives
+    size_t avg_n;
+    int avg_size;
+} Handle;
+
+void group_init(Group *g, MPI_Comm comm);
+void group_free(Group *g);
+
+void all_reduce(float *buf, size_t n, ReduceOp op, Group *g);
+Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g);
+void all_gather(float *out, const float *in, size_t n, Group *g);       // out: size * n
+void reduce_scatter(float *out, const float *in, size_t n, Group *g);   // in: size * n, sum
+void broadcast(float *buf, size_t n, int root, Group *g);
+void send(const float *buf, size_t n, int dst, Group *g);
+void recv(float *buf, size_t n, int src, Group *g);
+// send to dst and receive from src at once (pipeline neighbours, the context ring)
+void send_recv(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
+Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
+void comm_wait(Handle *h);   // the one place that waits: test, yield, repeat
+void barrier(Group *g);

@@ -1,0 +1,94 @@
+// Errors that end the whole job, checked I/O, timing.
+#include "utils.h"
+#include <mpi.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+int world_rank(void) {
+    int initialized = 0, finalized = 0, rank = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+// MPI_Abort, not exit: a rank that returns while its peers wait in a collective would hang them
+static void __attribute__((noreturn)) end_job(int code) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    fflush(stdout);
+    fflush(stderr);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+void fail_at(const char *file, int line, const char *hint, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[rank %d] %s:%d %s\n", world_rank(), file, line, msg);
+    if (hint && hint[0]) fprintf(stderr, "    hint: %s\n", hint);
+    end_job(1);
+}
+
+void user_error(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    // every rank hits the same bad input; rank 0 alone speaks so the user reads it once
+    if (world_rank() == 0) fprintf(stderr, "%s\n", msg);
+    end_job(1);
+}
+
+void mpi_check(int err, const char *what, const char *file, int line) {
+    if (err == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    fail_at(file, line, "dp*tp*pp*cp in the config must equal the number of ranks (mpirun -np)",
+            "%s failed: %s", what, msg);
+}
+
+void *xmalloc_at(size_t bytes, const char *file, int line) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) fail_at(file, line, "the model or batch is too large for this machine's memory",
+                    "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+FILE *xfopen_at(const char *path, const char *mode, const char *file, int line) {
+    FILE *f = fopen(path, mode);
+    if (!f) fail_at(file, line, "check the path and its permissions", "cannot open %s: %s", path,
+                    strerror(errno));
+    return f;
+}
+
+void xfread_at(void *ptr, size_t size, size_t count, FILE *f, const char *file, int line) {
+    if (fread(ptr, size, count, f) != count)
+        fail_at(file, line, "the file is truncated or not in the expected format",
+                "short read (%zu items of %zu bytes)", count, size);
+}
+
+void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char *file, int line) {
+    if (fwrite(ptr, size, count, f) != count)
+        fail_at(file, line, "is the disk full?", "short write (%zu items of %zu bytes)", count, size);
+}
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+uint64_t hash_string(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}

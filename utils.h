@@ -1,0 +1,32 @@
+// Errors, checks and timing shared by every file.
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// Ends the whole job: prints "[rank r] file:line message" and a hint, then MPI_Abort, so no rank
+// is left waiting for one that died.
+void fail_at(const char *file, int line, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
+#define FAIL(hint, ...) fail_at(__FILE__, __LINE__, hint, __VA_ARGS__)
+
+// one line naming what is wrong and how to fix it, then exit non-zero on every rank
+void user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+#define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
+void mpi_check(int err, const char *what, const char *file, int line);
+
+// malloc/calloc/fopen/fread/fwrite that never return failure
+void *xmalloc_at(size_t bytes, const char *file, int line);
+#define xmalloc(bytes) xmalloc_at((bytes), __FILE__, __LINE__)
+FILE *xfopen_at(const char *path, const char *mode, const char *file, int line);
+#define xfopen(path, mode) xfopen_at((path), (mode), __FILE__, __LINE__)
+void xfread_at(void *ptr, size_t size, size_t count, FILE *f, const char *file, int line);
+#define xfread(ptr, size, count, f) xfread_at((ptr), (size), (count), (f), __FILE__, __LINE__)
+void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char *file, int line);
+#define xfwrite(ptr, size, count, f) xfwrite_at((ptr), (size), (count), (f), __FILE__, __LINE__)
+
+double now_seconds(void);         // monotonic clock
+int world_rank(void);             // this process's MPI rank, 0 before MPI_Init
+uint64_t hash_string(const char *s);   // FNV-1a, names -> init streams
