@@ -23,7 +23,7 @@ else
   LDLIBS   += -lblis
 endif
 
-CORE_SRC = utils.c config.c data.c model.c process_group_manager.c data_parallel.c \
+CORE_SRC = utils.c config.c data.c model.c optimizer.c process_group_manager.c data_parallel.c \
            tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))

@@ -49,3 +49,9 @@ void config_defaults(Config *cfg);               // picotron's defaults, the tin
 void config_validate(const Config *cfg, int world_size);
 // Writes cfg as a complete config.json (create_config uses it); 0 on success
 int config_save(const Config *cfg, const char *path);
+// Built-in architectures with Hugging Face's numbers (picotron-tiny, SmolLM-135M, ...), matched by
+// name with or without the "org/" prefix and the "-Instruct" suffix: sets cfg's architecture keys
+// and returns 1, or returns 0 when name is none of them. config_load applies one before the file's
+// own keys, so picotron's configs (architecture keys null) get the model they name.
+int config_apply_preset(Config *cfg, const char *name);
+const char *config_preset_names(void);           // "picotron-tiny, HuggingFaceTB/SmolLM-135M, ..."

@@ -8,6 +8,7 @@ typedef struct {
     int *tokens;        // the whole corpus, every rank holds it (small corpora; mmap later)
     long num_tokens;
     int vocab_size;     // largest token id + 1 seen in the file
+    char path[512];     // the file, for error messages
 } Dataset;
 
 // path: ".txt" is read as UTF-8 and tokenised byte by byte (vocab 256); ".tok" is this project's
@@ -25,3 +26,8 @@ void dataset_get_batch(int *inputs, int *targets, const Dataset *ds, int step, i
 
 // writes tokens as a ".tok" file (width 2 bytes when every token < 65536, else 4)
 void tokens_write(const char *path, const int *tokens, long n);
+
+// The micro-batch `micro` of step `step` for this rank (its dp samples, its cp tokens), uploaded
+// into the model's activation slot: picotron's MicroBatchDataLoader.
+struct Model;
+void load_micro_batch(struct Model *model, int slot, const Dataset *ds, int step, int micro);

@@ -3,7 +3,9 @@
 #pragma once
 #include <stddef.h>
 #include "config.h"
+#include "context_parallel.h"
 #include "process_group_manager.h"
+#include "tensor_parallel.h"
 
 #define MAX_PARAMS 4096
 #define MAX_SLOTS 64
@@ -32,15 +34,16 @@ typedef struct {
     float *resid_mid;          // (L, N, C): after attention's residual add
     float *ln1, *ln2;          // (L, N, C)
     float *rstd1, *rstd2;      // (L, N)
-    float *q, *k, *v, *att;    // (L, N, Hl*D) and (L, N, KVl*D)
+    float *q, *att;            // (L, N, Hl*D)
+    float *kv;                 // (L, 2, N, KVl*D): k then v, as the context ring sends them
     float *lse;                // (L, B, Hl, T)
     float *gate, *up, *act;    // (L, N, Il)
     float *lnf, *rstdf;        // (N, C), (N): final norm (last stage)
     float *dlogits;            // (N, Vl): gradient of the loss, computed with the forward
-    float loss;                // mean over this micro-batch's tokens of the whole cp group
+    float loss;                // mean over this rank's tokens of the micro-batch
 } Activations;
 
-typedef struct {
+typedef struct Model {
     Config cfg;
     ProcessGroupManager *pgm;
     // sizes this rank holds (STYLE.md letters)
@@ -53,17 +56,19 @@ typedef struct {
     int num_tensors;
     size_t num_params;
     float *params, *grads, *m, *v;
-    LayerWeights *layers, *layer_grads;   // (L)
-    float *embed, *d_embed;              // (Vl, C) first stage, or last stage when tied
-    float *norm, *d_norm, *lm_head, *d_lm_head;   // last stage; lm_head == embed when tied
-    // RoPE tables and positions of this rank's tokens, and of every cp rank's (for the ring)
-    float *rope_cos, *rope_sin;          // (T, D/2)
-    int *positions;                      // (cp, T): positions[r*T + t], device
+    LayerWeights *layers;                // (L), pointers into params
+    float *embed;                        // (Vl, C) first stage, and last stage when tied
+    float *norm, *lm_head;               // last stage; lm_head == embed when tied
+    float *rope_cos, *rope_sin;          // (T, D/2) at the global positions of this rank's tokens
     // activations
     Activations slots[MAX_SLOTS];
     int num_slots, slots_in_use, peak_slots_in_use;
-    float *scratch;                      // backward scratch, see model.c
+    // buffers shared by all slots: one micro-batch runs at a time
     float *dresid;                       // (N, C): gradient flowing down the residual stream
+    float *dln, *dq, *datt, *dkv;        // (N, C), (N, Hl*D) x2, (2, N, KVl*D)
+    float *dgate, *dup, *dact, *logits;  // (N, Il) x3, (N, Vl)
+    VocabParallelLossBuffers loss_buffers;
+    RingAttention ring;
     // data-parallel hook: called as each layer's gradients are final (NULL: none)
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *hook_ctx;

@@ -92,3 +92,14 @@ uint64_t hash_string(const char *s) {
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
+
+char *readable(char *buf, double x) {
+    const char *suffix[] = {"", "K", "M", "B", "T"};
+    int i = 0;
+    while (x >= 1000.0 && i < 4) {
+        x /= 1000.0;
+        i++;
+    }
+    sprintf(buf, "%.2f%s", x, suffix[i]);
+    return buf;
+}

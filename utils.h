@@ -30,3 +30,6 @@ void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char 
 double now_seconds(void);         // monotonic clock
 int world_rank(void);             // this process's MPI rank, 0 before MPI_Init
 uint64_t hash_string(const char *s);   // FNV-1a, names -> init streams
+
+// picotron's to_readable_format: 4100 -> "4.10K", 1.23e6 -> "1.23M"; returns buf
+char *readable(char *buf, double x);

@@ -1,0 +1,179 @@
+// Collectives of the CPU build on MPI (backend/comm.h): buffers are host memory here.
+// Every call is non-blocking underneath (MPI_I*) and ends in comm_wait(), which tests and yields.
+// Why: MPICH busy-polls inside its blocking calls, so with 8 ranks on 2 cores a rank that waits
+// steals the core from the rank it waits for, and a 1-float all-reduce takes 25 ms instead of
+// 0.2 ms (bench/bench_wait.c measures it). MPI_Testall + sched_yield hands the core over.
+// A group of one rank does no MPI at all: the call is a copy (or nothing) and the handle is done.
+#include "backend/comm.h"
+#include "utils.h"
+#include <limits.h>
+#include <sched.h>
+#include <string.h>
+
+// one tag for every point-to-point message: MPI then keeps them in order between two ranks, so a
+// send() on one side matches the receive half of a send_recv() on the other
+#define TAG 0
+
+void group_init(Group *g, MPI_Comm comm) {
+    g->comm = comm;
+    g->nccl = NULL;
+    // errors come back to mpiCheck, which names the file and line, instead of MPICH's own abort
+    mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    mpiCheck(MPI_Comm_rank(comm, &g->rank));
+    mpiCheck(MPI_Comm_size(comm, &g->size));
+}
+
+void group_free(Group *g) {
+    // the predefined communicators belong to MPI, not to us
+    if (g->comm != MPI_COMM_NULL && g->comm != MPI_COMM_WORLD && g->comm != MPI_COMM_SELF)
+        mpiCheck(MPI_Comm_free(&g->comm));
+    g->comm = MPI_COMM_NULL;
+}
+
+// MPI counts are ints; 2^31-1 floats (8 GiB) per call is far above any bucket or activation here,
+// so a larger one is a caller's bug and is refused rather than chunked
+static int mpi_count(size_t n, const char *what) {
+    if (n > INT_MAX)
+        FAIL("split the buffer: one MPI call moves at most 2^31-1 floats",
+             "%s of %zu floats exceeds INT_MAX", what, n);
+    return (int)n;
+}
+
+static Handle handle_done(void) {
+    Handle h = {.req = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}, .count = 0, .avg_buf = NULL};
+    return h;
+}
+
+void comm_wait(Handle *h) {
+    for (;;) {
+        int done = 0;
+        MPI_Status status[2];   // not MPI_STATUSES_IGNORE: gcc mistakes it for a 0-byte array
+        if (h->count == 0) break;
+        mpiCheck(MPI_Testall(h->count, h->req, &done, status));
+        if (done) break;
+        sched_yield();   // let the rank we are waiting for run on this core
+    }
+    h->count = 0;
+    if (h->avg_buf) {
+        // REDUCE_AVG travels as a sum; the mean is taken once it has arrived
+        float s = 1.0f / (float)h->avg_size;
+        for (size_t i = 0; i < h->avg_n; i++) h->avg_buf[i] *= s;
+        h->avg_buf = NULL;
+    }
+}
+
+Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
+    Handle h = handle_done();
+    if (g->size == 1 || n == 0) return h;   // the sum, mean and max of one copy is that copy
+    int count = mpi_count(n, "all_reduce");
+    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
+    h.count = 1;
+    if (op == REDUCE_AVG) {
+        h.avg_buf = buf;
+        h.avg_n = n;
+        h.avg_size = g->size;
+    }
+    return h;
+}
+
+void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
+    Handle h = all_reduce_start(buf, n, op, g);
+    comm_wait(&h);
+}
+
+// out (size * n): rank r's `in` lands at out[r*n, (r+1)*n)
+void all_gather(float *out, const float *in, size_t n, Group *g) {
+    if (g->size == 1) {
+        if (out != in) memcpy(out, in, n * sizeof(float));
+        return;
+    }
+    int count = mpi_count(n, "all_gather");
+    Handle h = handle_done();
+    mpiCheck(MPI_Iallgather(in, count, MPI_FLOAT, out, count, MPI_FLOAT, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+// in (size * n) summed over ranks; this rank keeps block [rank*n, (rank+1)*n) of the sum in out (n)
+void reduce_scatter(float *out, const float *in, size_t n, Group *g) {
+    if (g->size == 1) {
+        if (out != in) memcpy(out, in, n * sizeof(float));
+        return;
+    }
+    int count = mpi_count(n, "reduce_scatter");
+    Handle h = handle_done();
+    mpiCheck(MPI_Ireduce_scatter_block(in, out, count, MPI_FLOAT, MPI_SUM, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+void broadcast(float *buf, size_t n, int root, Group *g) {
+    if (root < 0 || root >= g->size)
+        FAIL("the root is a rank inside the group", "broadcast root %d in a group of %d", root,
+             g->size);
+    if (g->size == 1) return;
+    int count = mpi_count(n, "broadcast");
+    Handle h = handle_done();
+    mpiCheck(MPI_Ibcast(buf, count, MPI_FLOAT, root, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+// A lone send or recv needs another rank of the group at the other end: to itself, or in a group
+// of one, it would wait forever. send_recv may name itself: its receive is already posted.
+static void check_peer(int peer, int allow_self, const char *what, Group *g) {
+    if (peer < 0 || peer >= g->size || (peer == g->rank && !allow_self))
+        FAIL("point-to-point peers are ranks of the same group (pp_prev/pp_next, the cp ring); "
+             "skip the call when the axis has size 1",
+             "%s peer %d from rank %d in a group of %d", what, peer, g->rank, g->size);
+}
+
+void send(const float *buf, size_t n, int dst, Group *g) {
+    check_peer(dst, 0, "send", g);
+    int count = mpi_count(n, "send");
+    Handle h = handle_done();
+    mpiCheck(MPI_Isend(buf, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+void recv(float *buf, size_t n, int src, Group *g) {
+    check_peer(src, 0, "recv", g);
+    int count = mpi_count(n, "recv");
+    Handle h = handle_done();
+    mpiCheck(MPI_Irecv(buf, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+// The receive is posted before the send so that a ring of ranks that all send at once never
+// waits on itself. In a group of one (a context ring of one) the block comes straight back.
+Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n,
+                       Group *g) {
+    Handle h = handle_done();
+    if (g->size == 1 && dst == 0 && src == 0) {
+        if (recvbuf != sendbuf) memcpy(recvbuf, sendbuf, n * sizeof(float));
+        return h;
+    }
+    check_peer(dst, 1, "send_recv destination", g);
+    check_peer(src, 1, "send_recv source", g);
+    int count = mpi_count(n, "send_recv");
+    mpiCheck(MPI_Irecv(recvbuf, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
+    mpiCheck(MPI_Isend(sendbuf, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[1]));
+    h.count = 2;
+    return h;
+}
+
+void send_recv(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g) {
+    Handle h = send_recv_start(sendbuf, dst, recvbuf, src, n, g);
+    comm_wait(&h);
+}
+
+void barrier(Group *g) {
+    if (g->size == 1) return;
+    Handle h = handle_done();
+    mpiCheck(MPI_Ibarrier(g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}

@@ -1,0 +1,25 @@
+// SwiGLU (Shazeer, "GLU Variants Improve Transformer"): the gated MLP activation of Llama.
+#include "backend/backend.h"
+#include <math.h>
+
+// out = silu(gate) * up, silu(g) = g * sigmoid(g); all (N)
+void swiglu_forward(float *out, const float *gate, const float *up, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t N) {
+    // forward: out = g * sigmoid(g) * up
+    // dgate += dout * up * sigmoid(g) * (1 + g * (1 - sigmoid(g))); dup += dout * silu(g)
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float g = gate[i];
+        float sig = 1.0f / (1.0f + expf(-g));
+        dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+        dup[i] += dout[i] * g * sig;
+    }
+}

@@ -1,0 +1,70 @@
+// What every CUDA file of the backend shares: the C interface (extern "C", so the C files of the
+// model link against these definitions), the checking macros, the cuBLAS handle and the streams.
+#pragma once
+#include <mpi.h>   // before the extern "C" block: it has its own C++ guards
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <nccl.h>
+
+extern "C" {
+#include "utils.h"
+#include "backend/backend.h"
+#include "backend/comm.h"
+}
+
+// Every CUDA, cuBLAS and NCCL call goes through one of these: a failure prints
+// "[rank r] file:line call failed: reason", a hint, and ends the whole job (fail_at: MPI_Abort).
+#define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
+#define cublasCheck(call) cublas_check((call), #call, __FILE__, __LINE__)
+#define ncclCheck(call) nccl_check((call), #call, __FILE__, __LINE__)
+// after a kernel launch: a bad launch configuration shows up here, a fault at the next sync
+#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
+
+static inline void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    const char *hint = "run with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the kernel";
+    if (err == cudaErrorMemoryAllocation)
+        hint = "out of GPU memory: lower training.micro_batch_size or seq_length, or raise tp/pp";
+    else if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+        hint = "no usable GPU here: build for the CPU with `make` and set distributed.use_cpu true";
+    fail_at(file, line, hint, "%s failed: %s", what, cudaGetErrorString(err));
+}
+
+static inline void cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    fail_at(file, line, "a GEMM size or pointer is wrong, or the GPU is out of memory",
+            "%s failed: %s", what, cublasGetStatusString(st));
+}
+
+static inline void nccl_check(ncclResult_t r, const char *what, const char *file, int line) {
+    if (r == ncclSuccess) return;
+    fail_at(file, line,
+            "rerun with NCCL_DEBUG=WARN; several ranks on one GPU need distributed.backend \"mpi\"",
+            "%s failed: %s", what, ncclGetErrorString(r));
+}
+
+// The compute stream is the legacy default stream: cudaMemcpy orders with it and every kernel,
+// cuBLAS call and blocking collective runs on it in program order, as the CPU code runs.
+// comm_stream (non-blocking) carries the asynchronous collectives, ordered by events.
+extern cublasHandle_t cublas_handle;
+extern cudaStream_t comm_stream;
+
+// a 1-D launch of n threads
+static inline unsigned int blocks_for(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned int)(b > 0 ? b : 1);
+}
+
+// warp-level sums and maxima (all 32 lanes take part)
+__device__ static inline float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ static inline double warp_sum_double(double x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ static inline float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}

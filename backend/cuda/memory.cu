@@ -1,0 +1,112 @@
+// Device selection and device memory on the GPU: cudaMalloc (never managed memory), copies on the
+// compute stream, memory in use from cudaMemGetInfo and the peak FLOP/s for MFU.
+#include "backend/cuda/common.cuh"
+#include <string.h>
+
+cublasHandle_t cublas_handle;
+cudaStream_t comm_stream;
+
+// Rank -> GPU: ranks on one node (local_rank, from MPI_Comm_split_type in train.c) take the GPUs
+// in turn; more ranks than GPUs share them, which only the "mpi" communication backend allows
+// (group_init refuses it for "nccl").
+void backend_init(int local_rank) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0)
+        user_error("no CUDA GPU found (%s): build for the CPU with `make` and set "
+                   "distributed.use_cpu to true", cudaGetErrorString(err));
+    cudaCheck(cudaSetDevice(local_rank % count));
+    cublasCheck(cublasCreate(&cublas_handle));
+    // fp32 GEMMs stay fp32: no TF32 tensor cores, so the GPU matches the CPU build to 1e-5
+    cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
+    cublasCheck(cublasSetStream(cublas_handle, 0));
+    cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
+}
+
+void *device_malloc(size_t bytes) {
+    void *ptr = NULL;
+    // never NULL: callers pass NULL to mean "no such output" (matmul_backward)
+    cudaCheck(cudaMalloc(&ptr, bytes ? bytes : 1));
+    cudaCheck(cudaMemset(ptr, 0, bytes ? bytes : 1));
+    return ptr;
+}
+
+void device_free(void *ptr) {
+    if (ptr) cudaCheck(cudaFree(ptr));
+}
+
+void device_zero(void *ptr, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemsetAsync(ptr, 0, bytes, 0));
+}
+
+void device_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+// synchronous on pageable host memory, so the host buffer may be reused on return, as on the CPU
+void host_to_device(void *dst, const void *src, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void device_to_host(void *dst, const void *src, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void device_synchronize(void) {
+    cudaCheck(cudaDeviceSynchronize());
+}
+
+// Memory in use on this GPU as nvidia-smi shows it (total - free): it includes the CUDA context
+// and cuBLAS/NCCL workspaces, and every process when several ranks share the GPU.
+size_t device_memory_used(void) {
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes - free_bytes;
+}
+
+// Dense peaks from the vendors' data sheets, FLOP/s. MFU is measured against the bf16 tensor-core
+// peak, as picotron does, whatever dtype the model computes in (an fp32 run therefore shows a
+// low MFU: its real ceiling is the fp32 column). The first matching name wins.
+typedef struct {
+    const char *name;   // substring of cudaDeviceProp.name
+    double bf16, fp32;  // bf16 dense tensor core; fp32 without tensor cores
+} PeakFlops;
+
+static const PeakFlops peak_table[] = {
+    {"H100 PCIe", 756.0e12, 51.2e12},
+    {"H100", 989.5e12, 67.0e12},   // SXM, NVL
+    {"H200", 989.5e12, 67.0e12},
+    {"H800", 989.5e12, 67.0e12},
+    {"GH200", 989.5e12, 67.0e12},
+    {"A100", 312.0e12, 19.5e12},
+    {"A800", 312.0e12, 19.5e12},
+    {"L40S", 362.05e12, 91.6e12},
+    {"A10G", 70.0e12, 31.2e12},
+    {"A10", 125.0e12, 31.2e12},
+};
+
+// PICOTRON_PEAK_FLOPS (FLOP/s) overrides the table; an unknown GPU without it gives 0 (no MFU)
+// after one line saying how to set it.
+double device_peak_flops(void) {
+    const char *env = getenv("PICOTRON_PEAK_FLOPS");
+    if (env && env[0]) {
+        char *end;
+        double value = strtod(env, &end);
+        if (*end != '\0' || !(value > 0.0))
+            user_error("PICOTRON_PEAK_FLOPS = '%s' is not a positive number of FLOP/s (e.g. "
+                       "989.5e12), unset it to use the table of known GPUs", env);
+        return value;
+    }
+    int dev = 0;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    for (size_t i = 0; i < sizeof peak_table / sizeof peak_table[0]; i++)
+        if (strstr(prop.name, peak_table[i].name)) return peak_table[i].bf16;
+    static int warned = 0;
+    if (!warned && world_rank() == 0)
+        fprintf(stderr, "unknown GPU \"%s\": MFU needs its peak; set environment.peak_flops in the "
+                        "config or PICOTRON_PEAK_FLOPS (FLOP/s)\n", prop.name);
+    warned = 1;
+    return 0.0;
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Training throughput of ./train (CPU build) against PyTorch eager (transformers' LlamaForCausalLM,
+# fp32, AdamW) on the same model and batch, with 1 and 2 threads: tokens/s of each and the ratio
+# C / PyTorch. A benchmark, not a test: it asserts nothing.
+#   bash bench/bench_vs_pytorch.sh [tiny|large|all]      (default: all; large takes minutes)
+# tiny:  picotron-tiny, hidden 128, intermediate 384, 4 layers, 4 heads, 2 kv heads, vocab 256,
+#        tied, seq 128, micro-batch 4
+# large: hidden 512, intermediate 1536, 8 layers, 8 heads, 4 kv heads, vocab 256, tied, seq 256,
+#        micro-batch 8
+# Both sides time 10 steps after 3 warm-up steps; ./train's rate is the harmonic mean of the
+# Tokens/s of its logged steps 4..13 (total tokens over total step time).
+cd "$(dirname "$0")/.." || exit 1
+WARMUP=3
+STEPS=10
+THREADS=${THREADS:-"1 2"}
+which=${1:-all}
+case $which in tiny|large|all) ;; *) echo "usage: $0 [tiny|large|all]" >&2; exit 2 ;; esac
+
+if ! python3 -c "import torch, transformers" 2>/dev/null; then
+    echo "PyTorch/transformers not installed: pip install torch transformers" >&2
+    exit 1
+fi
+have_c=1
+if [ ! -x ./train ] || [ ! -x ./create_config ]; then
+    echo "./train or ./create_config is missing (run make): PyTorch side only"
+    have_c=0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# prints ./train's tokens/s for one config and thread count
+c_tokens_per_s() {   # name threads args...
+    local name=$1 threads=$2
+    shift 2
+    ./create_config --out_dir "$tmp" --exp_name "$name" --model_name picotron-tiny \
+        --grad_acc_steps 1 --total_train_steps $((WARMUP + STEPS)) --use_cpu --overwrite "$@" \
+        >"$tmp/create.log" 2>&1 || { cat "$tmp/create.log" >&2; return 1; }
+    # train takes its thread count from the config (omp_set_num_threads); BLIS reads the variable
+    python3 - "$tmp/$name/config.json" "$threads" <<'PY'
+import json, sys
+path, threads = sys.argv[1], int(sys.argv[2])
+cfg = json.load(open(path))
+cfg.setdefault("environment", {})["OMP_NUM_THREADS"] = threads
+json.dump(cfg, open(path, "w"), indent=4)
+PY
+    OMP_NUM_THREADS=$threads ./train --config "$tmp/$name/config.json" >"$tmp/train.log" 2>&1 ||
+        { tail -n 5 "$tmp/train.log" >&2; return 1; }
+    python3 - "$tmp/train.log" "$WARMUP" <<'PY'
+import re, sys
+scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+rates = [float(m.group(1)) * scale[m.group(2)]
+         for m in re.finditer(r"Tokens/s:\s*([0-9.]+)([KMBT]?)\s", open(sys.argv[1]).read())]
+rates = rates[int(sys.argv[2]):]
+if not rates:
+    sys.exit("no Tokens/s lines after the warm-up in ./train's log")
+print("%.1f" % (len(rates) / sum(1 / r for r in rates)))
+PY
+}
+
+run_case() {   # name, then the flags shared by create_config and pytorch_step.py
+    local name=$1
+    shift
+    echo "== $name: $*"
+    printf "%-8s %14s %14s %10s\n" threads "C tokens/s" "torch tokens/s" "C/torch"
+    for n in $THREADS; do
+        local pt c=n/a ratio=n/a
+        pt=$(python3 bench/pytorch_step.py --threads "$n" --warmup $WARMUP --steps $STEPS "$@" |
+             awk '/^pytorch tokens\/s:/ {print $3}')
+        if [ $have_c = 1 ]; then
+            c=$(c_tokens_per_s "$name" "$n" "$@") || c=failed
+        fi
+        if [[ $c =~ ^[0-9.]+$ && $pt =~ ^[0-9.]+$ ]]; then
+            ratio=$(python3 -c "print('%.2f' % ($c / $pt))")
+        fi
+        printf "%-8s %14s %14s %10s\n" "$n" "$c" "${pt:-failed}" "$ratio"
+    done
+}
+
+ARCH_TINY="--hidden_size 128 --intermediate_size 384 --num_hidden_layers 4 --num_attention_heads 4
+           --num_key_value_heads 2 --vocab_size 256 --seq_len 128 --mbs 4"
+ARCH_LARGE="--hidden_size 512 --intermediate_size 1536 --num_hidden_layers 8
+            --num_attention_heads 8 --num_key_value_heads 4 --vocab_size 256 --seq_len 256 --mbs 8"
+# shellcheck disable=SC2086
+{
+    [ "$which" != large ] && run_case bench-tiny $ARCH_TINY
+    [ "$which" != tiny ] && run_case bench-large $ARCH_LARGE
+}
+exit 0

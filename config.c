@@ -1,0 +1,533 @@
+// config.json: picotron's schema read with cJSON into a Config, checked, and written back.
+// One table row per key (section, key, type, where it lives in Config) drives reading, writing
+// and the "unknown key" message, so a new key is one line here and one field in config.h.
+#include "config.h"
+#include "utils.h"
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR, T_IGNORED };
+static const char *type_names[] = {"an integer", "an integer", "a number", "a number",
+                                   "true or false", "a string", "anything"};
+
+typedef struct {
+    const char *section, *key;
+    int type;
+    size_t offset, size;   // where the value lives in Config; size bounds a string
+    const char *saved;     // T_IGNORED: the JSON config_save writes, so picotron can read it
+} Field;
+
+#define KEY(sec, key, type, member) \
+    {sec, key, type, offsetof(Config, member), sizeof(((Config *)0)->member), NULL}
+// read for compatibility with picotron's configs, then ignored
+#define IGNORED(sec, key, json) {sec, key, T_IGNORED, 0, 0, json}
+
+static const char *sections[] = {"distributed", "model",   "training",   "dataset",
+                                 "checkpoint",  "logging", "environment"};
+#define NUM_SECTIONS (int)(sizeof sections / sizeof sections[0])
+
+static const Field fields[] = {
+    KEY("distributed", "tp_size", T_INT, tp_size),
+    KEY("distributed", "cp_size", T_INT, cp_size),
+    KEY("distributed", "pp_size", T_INT, pp_size),
+    KEY("distributed", "dp_size", T_INT, dp_size),
+    KEY("distributed", "pp_engine", T_STR, pp_engine),
+    KEY("distributed", "backend", T_STR, backend),
+    KEY("distributed", "use_cpu", T_BOOL, use_cpu),
+    KEY("distributed", "tp_async", T_BOOL, tp_async),
+    KEY("distributed", "cp_zigzag", T_BOOL, cp_zigzag),
+    KEY("distributed", "bucket_size_mb", T_INT, bucket_size_mb),
+    KEY("model", "name", T_STR, model_name),
+    KEY("model", "num_hidden_layers", T_INT, num_hidden_layers),
+    KEY("model", "num_attention_heads", T_INT, num_attention_heads),
+    KEY("model", "num_key_value_heads", T_INT, num_key_value_heads),
+    KEY("model", "hidden_size", T_INT, hidden_size),
+    KEY("model", "intermediate_size", T_INT, intermediate_size),
+    KEY("model", "vocab_size", T_INT, vocab_size),
+    KEY("model", "rms_norm_eps", T_FLOAT, rms_norm_eps),
+    KEY("model", "rope_theta", T_FLOAT, rope_theta),
+    KEY("model", "max_position_embeddings", T_INT, max_position_embeddings),
+    KEY("model", "tie_word_embeddings", T_BOOL, tie_word_embeddings),
+    KEY("model", "dtype", T_STR, dtype),
+    IGNORED("model", "use_flash_attention", "false"),
+    IGNORED("model", "use_fused_adam", "false"),
+    KEY("training", "seed", T_INT, seed),
+    KEY("training", "learning_rate", T_FLOAT, learning_rate),
+    KEY("training", "total_train_steps", T_INT, total_train_steps),
+    KEY("training", "seq_length", T_INT, seq_length),
+    KEY("training", "micro_batch_size", T_INT, micro_batch_size),
+    KEY("training", "gradient_accumulation_steps", T_INT, gradient_accumulation_steps),
+    KEY("training", "num_samples", T_LONG, num_samples),
+    KEY("training", "max_tokens", T_LONG, max_tokens),
+    KEY("training", "grad_clip", T_FLOAT, grad_clip),
+    KEY("training", "warmup_steps", T_INT, warmup_steps),
+    KEY("training", "lr_decay", T_STR, lr_decay),
+    KEY("training", "min_lr", T_FLOAT, min_lr),
+    KEY("training", "weight_decay", T_FLOAT, weight_decay),
+    KEY("training", "adam_beta1", T_FLOAT, adam_beta1),
+    KEY("training", "adam_beta2", T_FLOAT, adam_beta2),
+    KEY("training", "adam_eps", T_FLOAT, adam_eps),
+    KEY("dataset", "name", T_STR, dataset_name),
+    IGNORED("dataset", "subset_name", "null"),
+    IGNORED("dataset", "num_workers", "0"),
+    IGNORED("dataset", "num_proc", "1"),
+    KEY("checkpoint", "save_dir", T_STR, save_dir),
+    KEY("checkpoint", "save_frequency", T_INT, save_frequency),
+    KEY("checkpoint", "load_path", T_STR, load_path),
+    IGNORED("logging", "use_wandb", "false"),
+    IGNORED("logging", "project_name", "\"picotron\""),
+    KEY("logging", "run_name", T_STR, run_name),
+    KEY("logging", "metrics_file", T_STR, metrics_file),
+    KEY("environment", "OMP_NUM_THREADS", T_INT, omp_num_threads),
+    IGNORED("environment", "TOKENIZERS_PARALLELISM", "\"false\""),
+    IGNORED("environment", "FLASH_ATTEN", "\"0\""),
+    IGNORED("environment", "HF_TOKEN", "null"),
+    KEY("environment", "PEAK_FLOPS", T_DOUBLE, peak_flops),
+};
+#define NUM_FIELDS (int)(sizeof fields / sizeof fields[0])
+
+// a model whose name is no preset must spell these out: a silent tiny default would mislead
+static const char *architecture_keys[] = {"hidden_size",         "intermediate_size",
+                                          "num_hidden_layers",   "num_attention_heads",
+                                          "num_key_value_heads", "vocab_size"};
+
+typedef struct {
+    const char *name;
+    int hidden, intermediate, layers, heads, kv_heads, vocab, max_pos, tied;
+    float rms_norm_eps, rope_theta;
+} Preset;
+
+// the numbers of each model's config.json on the Hugging Face hub
+static const Preset presets[] = {
+    {"picotron-tiny", 128, 384, 4, 4, 2, 256, 1024, 1, 1e-5f, 10000.0f},   // byte tokenizer
+    {"HuggingFaceTB/SmolLM-135M", 576, 1536, 30, 9, 3, 49152, 2048, 1, 1e-5f, 10000.0f},
+    {"HuggingFaceTB/SmolLM-360M", 960, 2560, 32, 15, 5, 49152, 2048, 1, 1e-5f, 10000.0f},
+    {"HuggingFaceTB/SmolLM-1.7B", 2048, 8192, 24, 32, 32, 49152, 2048, 1, 1e-5f, 10000.0f},
+    {"TinyLlama/TinyLlama_v1.1", 2048, 5632, 22, 32, 4, 32000, 2048, 0, 1e-5f, 10000.0f},
+    {"meta-llama/Llama-2-7b-hf", 4096, 11008, 32, 32, 32, 32000, 4096, 0, 1e-5f, 10000.0f},
+    {"meta-llama/Meta-Llama-3-8B", 4096, 14336, 32, 32, 8, 128256, 8192, 0, 1e-5f, 500000.0f},
+};
+#define NUM_PRESETS (int)(sizeof presets / sizeof presets[0])
+
+// "HuggingFaceTB/SmolLM-360M-Instruct" and "smollm-360m" both name HuggingFaceTB/SmolLM-360M
+static int preset_matches(const char *preset, const char *name) {
+    const char *p = strrchr(preset, '/'), *n = strrchr(name, '/'), *suffix = "-Instruct";
+    p = p ? p + 1 : preset;
+    n = n ? n + 1 : name;
+    size_t len = strlen(n), slen = strlen(suffix);
+    if (len > slen && strcasecmp(n + len - slen, suffix) == 0) len -= slen;
+    return strlen(p) == len && strncasecmp(p, n, len) == 0;
+}
+
+int config_apply_preset(Config *cfg, const char *name) {
+    for (int i = 0; i < NUM_PRESETS; i++) {
+        const Preset *p = &presets[i];
+        if (!preset_matches(p->name, name)) continue;
+        cfg->hidden_size = p->hidden;
+        cfg->intermediate_size = p->intermediate;
+        cfg->num_hidden_layers = p->layers;
+        cfg->num_attention_heads = p->heads;
+        cfg->num_key_value_heads = p->kv_heads;
+        cfg->vocab_size = p->vocab;
+        cfg->max_position_embeddings = p->max_pos;
+        cfg->tie_word_embeddings = p->tied;
+        cfg->rms_norm_eps = p->rms_norm_eps;
+        cfg->rope_theta = p->rope_theta;
+        return 1;
+    }
+    return 0;
+}
+
+const char *config_preset_names(void) {
+    static char names[512];
+    names[0] = '\0';
+    for (int i = 0; i < NUM_PRESETS; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                 presets[i].name);
+    return names;
+}
+
+void config_defaults(Config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->tp_size = cfg->cp_size = cfg->pp_size = cfg->dp_size = 1;
+    strcpy(cfg->pp_engine, "1f1b");
+#ifdef PICOTRON_GPU
+    strcpy(cfg->backend, "nccl");
+#else
+    strcpy(cfg->backend, "mpi");
+    cfg->use_cpu = 1;
+#endif
+    cfg->bucket_size_mb = 25;
+    strcpy(cfg->model_name, "picotron-tiny");
+    config_apply_preset(cfg, cfg->model_name);
+    strcpy(cfg->dtype, "float32");
+    cfg->seed = 42;
+    cfg->learning_rate = 3e-4f;
+    cfg->total_train_steps = 200;
+    cfg->seq_length = 128;
+    cfg->micro_batch_size = 4;
+    cfg->gradient_accumulation_steps = 1;
+    strcpy(cfg->lr_decay, "constant");
+    cfg->weight_decay = 0.01f;
+    cfg->adam_beta1 = 0.9f;
+    cfg->adam_beta2 = 0.999f;
+    cfg->adam_eps = 1e-8f;
+    strcpy(cfg->dataset_name, "data/austen.txt");
+    strcpy(cfg->save_dir, "ckpt");
+    cfg->omp_num_threads = 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// reading
+
+static int edit_distance(const char *a, const char *b) {
+    int la = strlen(a) < 63 ? strlen(a) : 63, lb = strlen(b) < 63 ? strlen(b) : 63;
+    int prev[64], cur[64];
+    for (int j = 0; j <= lb; j++) prev[j] = j;
+    for (int i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            cur[j] = best;
+        }
+        memcpy(prev, cur, sizeof prev);
+    }
+    return prev[lb];
+}
+
+// names the closest known key, then lists them all (one line still)
+static void __attribute__((noreturn)) unknown_key(const char *section, const char *key) {
+    char known[768] = "", hint[160] = "";
+    int best = INT_MAX;
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        if (strcmp(fields[i].section, section) != 0) continue;
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                 known[0] ? ", " : "", fields[i].key);
+        int d = edit_distance(key, fields[i].key);
+        if (d < best && d <= 1 + (int)strlen(key) / 4) {
+            best = d;
+            snprintf(hint, sizeof hint, " did you mean %s.%s?", section, fields[i].key);
+        }
+    }
+    user_error("config error: unknown key %s.%s;%s (known keys: %s)", section, key, hint, known);
+}
+
+static void __attribute__((noreturn)) type_error(const Field *f, const cJSON *item) {
+    char *text = cJSON_PrintUnformatted(item);
+    user_error("config error: %s.%s must be %s, got %.60s", f->section, f->key,
+               type_names[f->type], text ? text : "?");
+}
+
+// environment values may be strings ("1"): picotron hands them to os.environ
+static int number_of(const cJSON *item, int string_ok, double *x) {
+    if (cJSON_IsNumber(item)) {
+        *x = item->valuedouble;
+        return 1;
+    }
+    if (!string_ok || !cJSON_IsString(item) || !item->valuestring[0]) return 0;
+    char *end;
+    *x = strtod(item->valuestring, &end);
+    return *end == '\0';
+}
+
+// null keeps the default, as picotron writes null for "take it from the model"
+static void set_field(Config *cfg, const Field *f, const cJSON *item) {
+    char *dst = (char *)cfg + f->offset;
+    double x = 0;
+    if (f->type == T_IGNORED || cJSON_IsNull(item)) return;
+    if (f->type == T_STR) {
+        if (!cJSON_IsString(item)) type_error(f, item);
+        if (strlen(item->valuestring) >= f->size)
+            user_error("config error: %s.%s is longer than %zu characters", f->section, f->key,
+                       f->size - 1);
+        strcpy(dst, item->valuestring);
+        return;
+    }
+    if (f->type == T_BOOL) {
+        if (cJSON_IsNumber(item) && (item->valuedouble == 0 || item->valuedouble == 1))
+            *(int *)dst = item->valuedouble == 1;
+        else if (cJSON_IsBool(item))
+            *(int *)dst = cJSON_IsTrue(item);
+        else
+            type_error(f, item);
+        return;
+    }
+    if (!number_of(item, strcmp(f->section, "environment") == 0, &x) || !isfinite(x))
+        type_error(f, item);
+    if (f->type == T_INT || f->type == T_LONG) {
+        double limit = f->type == T_INT ? INT_MAX : 9e15;   // 9e15: doubles stay exact
+        if (x != floor(x) || fabs(x) > limit) type_error(f, item);
+        if (f->type == T_INT) *(int *)dst = (int)x;
+        else *(long *)dst = (long)x;
+    } else if (f->type == T_FLOAT) {
+        if (!isfinite((float)x))
+            user_error("config error: %s.%s = %g does not fit a float", f->section, f->key, x);
+        *(float *)dst = (float)x;
+    } else {
+        *(double *)dst = x;
+    }
+}
+
+static const Field *find_field(const char *section, const char *key) {
+    for (int i = 0; i < NUM_FIELDS; i++)
+        if (strcmp(fields[i].section, section) == 0 && strcmp(fields[i].key, key) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+static char *read_text(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        user_error("config error: cannot read %s: %s (write one with ./create_config)", path,
+                   strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        user_error("config error: %s is a folder; pass the config.json inside it", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) user_error("config error: cannot read %s: %s", path, strerror(errno));
+    char *text = xmalloc(st.st_size + 1);
+    if (fread(text, 1, st.st_size, f) != (size_t)st.st_size)
+        user_error("config error: cannot read %s: short read", path);
+    fclose(f);
+    return text;   // xmalloc zeroes, so it ends in '\0'
+}
+
+enum { NOT_GIVEN, GIVEN_NULL, GIVEN_VALUE };
+
+// every section, then every key in it, must be known, appear once, and have the right type
+static void read_sections(Config *cfg, const cJSON *root, int given[NUM_FIELDS]) {
+    for (const cJSON *sec = root->child; sec; sec = sec->next) {
+        int known = 0;
+        for (int s = 0; s < NUM_SECTIONS; s++) known |= strcmp(sec->string, sections[s]) == 0;
+        if (!known)
+            user_error("config error: unknown section \"%s\" (known sections: distributed, model, "
+                       "training, dataset, checkpoint, logging, environment)", sec->string);
+        for (const cJSON *s = root->child; s != sec; s = s->next)
+            if (strcmp(s->string, sec->string) == 0)
+                user_error("config error: section \"%s\" appears twice", sec->string);
+        if (!cJSON_IsObject(sec))
+            user_error("config error: %s must be a JSON object {...}", sec->string);
+        for (const cJSON *item = sec->child; item; item = item->next) {
+            const Field *f = find_field(sec->string, item->string);
+            if (!f) unknown_key(sec->string, item->string);
+            if (given[f - fields])
+                user_error("config error: %s.%s appears twice", f->section, f->key);
+            set_field(cfg, f, item);
+            given[f - fields] = cJSON_IsNull(item) ? GIVEN_NULL : GIVEN_VALUE;
+        }
+    }
+}
+
+void config_load(Config *cfg, const char *path) {
+    config_defaults(cfg);
+    char *text = read_text(path);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        long offset = end ? end - text : 0, line = 1, column = 1;
+        for (long i = 0; i < offset; i++) column = text[i] == '\n' ? (line++, 1) : column + 1;
+        user_error("config error: %s is not valid JSON: parse error at line %ld, column %ld "
+                   "(byte %ld)", path, line, column, offset);
+    }
+    if (!cJSON_IsObject(root))
+        user_error("config error: %s must hold one JSON object {\"distributed\": {...}, ...}", path);
+    for (int s = 0; s < 3; s++)   // distributed, model, training
+        if (!cJSON_GetObjectItemCaseSensitive(root, sections[s]))
+            user_error("config error: %s has no \"%s\" section (picotron's configs have "
+                       "distributed, model and training; ./create_config writes one)", path,
+                       sections[s]);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "model"), "name");
+    if (!name || cJSON_IsNull(name))
+        user_error("config error: model.name is missing (a Hugging Face model name, or "
+                   "\"picotron-tiny\")");
+    int preset = cJSON_IsString(name) && config_apply_preset(cfg, name->valuestring);
+    int given[NUM_FIELDS] = {0};
+    read_sections(cfg, root, given);
+    for (int k = 0; !preset && k < (int)(sizeof architecture_keys / sizeof *architecture_keys); k++)
+        if (given[find_field("model", architecture_keys[k]) - fields] != GIVEN_VALUE)
+            user_error("config error: model.%s is missing and model.name \"%s\" is no built-in "
+                       "preset (%s); set it, or write the config with ./create_config "
+                       "--model_config", architecture_keys[k], cfg->model_name,
+                       config_preset_names());
+    if (strcmp(cfg->backend, "gloo") == 0) strcpy(cfg->backend, "mpi");   // picotron's CPU name
+    cJSON_Delete(root);
+    free(text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// checking: each impossible setting is one line naming the keys, their values and the fix
+
+#define CHECK(cond, ...) \
+    do { \
+        if (!(cond)) user_error("config error: " __VA_ARGS__); \
+    } while (0)
+
+static int one_of(const char *value, const char *a, const char *b) {
+    return strcmp(value, a) == 0 || strcmp(value, b) == 0;
+}
+
+void config_validate(const Config *c, int world_size) {
+#ifdef PICOTRON_GPU
+    CHECK(!c->use_cpu, "distributed.use_cpu is true but this is the GPU build; run `make` for the "
+                       "CPU build, or set distributed.use_cpu to false");
+#else
+    CHECK(c->use_cpu, "distributed.use_cpu is false but this is the CPU build; rebuild with "
+                      "`make GPU=1`, or set distributed.use_cpu to true");
+    CHECK(strcmp(c->backend, "nccl") != 0, "distributed.backend = \"nccl\" needs the GPU build "
+                                           "(`make GPU=1`); the CPU build uses \"mpi\"");
+    CHECK(strcmp(c->dtype, "bfloat16") != 0, "model.dtype = \"bfloat16\" needs the GPU build "
+                                             "(`make GPU=1`); the CPU build uses \"float32\"");
+#endif
+    const struct { const char *key; long value, min; } counts[] = {
+        {"distributed.tp_size", c->tp_size, 1}, {"distributed.cp_size", c->cp_size, 1},
+        {"distributed.pp_size", c->pp_size, 1}, {"distributed.dp_size", c->dp_size, 1},
+        {"distributed.bucket_size_mb", c->bucket_size_mb, 1},
+        {"model.hidden_size", c->hidden_size, 1},
+        {"model.intermediate_size", c->intermediate_size, 1},
+        {"model.num_hidden_layers", c->num_hidden_layers, 1},
+        {"model.num_attention_heads", c->num_attention_heads, 1},
+        {"model.num_key_value_heads", c->num_key_value_heads, 1},
+        {"model.vocab_size", c->vocab_size, 1},
+        {"model.max_position_embeddings", c->max_position_embeddings, 1},
+        {"training.total_train_steps", c->total_train_steps, 1},
+        {"training.seq_length", c->seq_length, 1},
+        {"training.micro_batch_size", c->micro_batch_size, 1},
+        {"training.gradient_accumulation_steps", c->gradient_accumulation_steps, 1},
+        {"training.num_samples", c->num_samples, 0}, {"training.max_tokens", c->max_tokens, 0},
+        {"training.warmup_steps", c->warmup_steps, 0},
+        {"checkpoint.save_frequency", c->save_frequency, 0},
+        {"environment.OMP_NUM_THREADS", c->omp_num_threads, 1},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        CHECK(counts[i].value >= counts[i].min, "%s = %ld must be at least %ld", counts[i].key,
+              counts[i].value, counts[i].min);
+
+    CHECK(one_of(c->pp_engine, "afab", "1f1b"),
+          "distributed.pp_engine = \"%s\" must be \"afab\" or \"1f1b\"", c->pp_engine);
+    CHECK(one_of(c->backend, "nccl", "mpi"), "distributed.backend = \"%s\" must be \"nccl\" or "
+                                             "\"mpi\"", c->backend);
+    CHECK(one_of(c->dtype, "float32", "bfloat16"),
+          "model.dtype = \"%s\" must be \"float32\" or \"bfloat16\"", c->dtype);
+    CHECK(one_of(c->lr_decay, "constant", "cosine"),
+          "training.lr_decay = \"%s\" must be \"constant\" or \"cosine\"", c->lr_decay);
+
+    CHECK(c->learning_rate > 0, "training.learning_rate = %g must be positive", c->learning_rate);
+    CHECK(c->min_lr >= 0 && c->min_lr <= c->learning_rate, "training.min_lr = %g must lie in "
+          "[0, training.learning_rate = %g]", c->min_lr, c->learning_rate);
+    CHECK(c->weight_decay >= 0, "training.weight_decay = %g is negative", c->weight_decay);
+    CHECK(c->adam_beta1 >= 0 && c->adam_beta1 < 1, "training.adam_beta1 = %g must lie in [0, 1)",
+          c->adam_beta1);
+    CHECK(c->adam_beta2 >= 0 && c->adam_beta2 < 1, "training.adam_beta2 = %g must lie in [0, 1)",
+          c->adam_beta2);
+    CHECK(c->adam_eps > 0, "training.adam_eps = %g must be positive", c->adam_eps);
+    CHECK(c->grad_clip >= 0, "training.grad_clip = %g is negative (0 turns clipping off)",
+          c->grad_clip);
+    CHECK(c->rms_norm_eps > 0, "model.rms_norm_eps = %g must be positive", c->rms_norm_eps);
+    CHECK(c->rope_theta > 0, "model.rope_theta = %g must be positive", c->rope_theta);
+    CHECK(c->peak_flops >= 0, "environment.PEAK_FLOPS = %g is negative", c->peak_flops);
+
+    int H = c->num_attention_heads, KV = c->num_key_value_heads, tp = c->tp_size;
+    CHECK(c->hidden_size % H == 0, "model.hidden_size = %d is not divisible by "
+          "model.num_attention_heads = %d", c->hidden_size, H);
+    CHECK(H % KV == 0, "model.num_attention_heads = %d is not divisible by "
+          "model.num_key_value_heads = %d", H, KV);
+    CHECK(c->hidden_size / H % 2 == 0, "model.hidden_size / model.num_attention_heads = %d / %d "
+          "= %d is odd; RoPE rotates pairs, so the head dimension must be even",
+          c->hidden_size, H, c->hidden_size / H);
+    CHECK(H % tp == 0, "distributed.tp_size = %d does not divide model.num_attention_heads = %d",
+          tp, H);
+    CHECK(KV % tp == 0, "distributed.tp_size = %d does not divide model.num_key_value_heads = %d",
+          tp, KV);
+    CHECK(c->intermediate_size % tp == 0, "distributed.tp_size = %d does not divide "
+          "model.intermediate_size = %d", tp, c->intermediate_size);
+    CHECK(c->vocab_size % tp == 0, "model.vocab_size = %d is not divisible by "
+          "distributed.tp_size = %d (each tp rank holds vocab_size/tp_size rows; pad vocab_size "
+          "to a multiple of %d)", c->vocab_size, tp, tp);
+    if (c->cp_zigzag)
+        CHECK(c->seq_length % (2 * c->cp_size) == 0, "training.seq_length = %d is not divisible "
+              "by 2*distributed.cp_size = %d (distributed.cp_zigzag cuts it into 2*cp chunks)",
+              c->seq_length, 2 * c->cp_size);
+    CHECK(c->seq_length % c->cp_size == 0, "training.seq_length = %d is not divisible by "
+          "distributed.cp_size = %d", c->seq_length, c->cp_size);
+    CHECK(c->num_hidden_layers >= c->pp_size, "model.num_hidden_layers = %d < "
+          "distributed.pp_size = %d: a pipeline stage would get no layer", c->num_hidden_layers,
+          c->pp_size);
+    CHECK(c->seq_length <= c->max_position_embeddings, "training.seq_length = %d exceeds "
+          "model.max_position_embeddings = %d", c->seq_length, c->max_position_embeddings);
+
+    long ranks = (long)c->tp_size * c->cp_size * c->pp_size * c->dp_size;
+    CHECK(ranks == world_size, "tp_size*cp_size*pp_size*dp_size = %ld but mpirun started %d "
+          "rank%s (use mpirun -np %ld)", ranks, world_size, world_size == 1 ? "" : "s", ranks);
+}
+
+// ---------------------------------------------------------------------------------------------
+// writing
+
+// the shortest decimal that reads back as the same value: 3e-4f is written 0.0003
+static cJSON *number_json(double x, int is_float) {
+    char text[32];
+    if (!isfinite(x)) return cJSON_CreateNull();
+    if (x == floor(x) && fabs(x) < 1e15) {   // 10000, not 1e+04
+        snprintf(text, sizeof text, "%.0f", x);
+        return cJSON_CreateRaw(text);
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, x);
+        if (is_float ? strtof(text, NULL) == (float)x : strtod(text, NULL) == x) break;
+    }
+    return cJSON_CreateRaw(text);
+}
+
+static cJSON *field_json(const Config *cfg, const Field *f) {
+    const char *src = (const char *)cfg + f->offset;
+    char text[32];
+    switch (f->type) {
+    case T_INT:
+        if (strcmp(f->section, "environment") != 0) return cJSON_CreateNumber(*(const int *)src);
+        snprintf(text, sizeof text, "%d", *(const int *)src);   // a string, as picotron's
+        return cJSON_CreateString(text);
+    case T_LONG:   // picotron writes null for "no limit"
+        if (*(const long *)src == 0) return cJSON_CreateNull();
+        return cJSON_CreateNumber((double)*(const long *)src);
+    case T_FLOAT: return number_json(*(const float *)src, 1);
+    case T_DOUBLE: return number_json(*(const double *)src, 0);
+    case T_BOOL: return cJSON_CreateBool(*(const int *)src);
+    case T_STR: return cJSON_CreateString(src);
+    default: return cJSON_Parse(f->saved);
+    }
+}
+
+int config_save(const Config *cfg, const char *path) {
+    cJSON *root = cJSON_CreateObject();
+    for (int s = 0; s < NUM_SECTIONS; s++) {
+        cJSON *section = cJSON_AddObjectToObject(root, sections[s]);
+        for (int i = 0; i < NUM_FIELDS; i++)
+            if (strcmp(fields[i].section, sections[s]) == 0)
+                cJSON_AddItemToObject(section, fields[i].key, field_json(cfg, &fields[i]));
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return -1;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        free(text);
+        return -1;
+    }
+    // cJSON indents with tabs; picotron's files use 4 spaces (a tab inside a string is escaped)
+    for (const char *p = text; *p; p++) {
+        if (*p != '\t') fputc(*p, f);
+        else fputs(p > text && p[-1] == ':' ? " " : "    ", f);
+    }
+    fputc('\n', f);
+    int failed = ferror(f);
+    failed |= fclose(f) != 0;
+    free(text);
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,345 @@
+// create_config: writes <out_dir>/<exp_name>/config.json from picotron's command-line flags, as
+// picotron's create_config.py does, but with built-in Hugging Face architectures (or a local
+// config.json via --model_config) instead of a download from the hub.
+//   ./create_config --out_dir tmp --exp_name llama-1B --dp 2 --tp 2 --pp 2 --mbs 4
+// One table row per flag drives parsing, --help and the "unknown flag" message.
+#include "config.h"
+#include "utils.h"
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { A_INT, A_FLOAT, A_STR, A_SWITCH, A_OWN, A_OWN_SWITCH, A_NOTE, A_NOTE_SWITCH };
+
+typedef struct {
+    const char *flag;
+    int type;
+    size_t offset, size;   // where the value goes in Config; A_OWN: main reads it by name
+    const char *help;      // A_NOTE*: what this flag means here (picotron's flag, no effect)
+    const char *value;     // what the command line gave, NULL when absent
+} Flag;
+
+#define SET(flag, type, member, help) \
+    {flag, type, offsetof(Config, member), sizeof(((Config *)0)->member), help, NULL}
+#define OWN(flag, type, help) {flag, type, 0, 0, help, NULL}
+
+static Flag flags[] = {
+    OWN("out_dir", A_OWN, "folder that holds the experiments (default tmp)"),
+    OWN("exp_name", A_OWN, "experiment name: writes <out_dir>/<exp_name>/config.json "
+                           "(default dummy_exp)"),
+    OWN("model_name", A_OWN, "a built-in preset (below) or, with --model_config, any name "
+                             "(default picotron-tiny)"),
+    OWN("model_config", A_OWN, "PATH to a Hugging Face config.json (or its folder) to take the "
+                               "architecture from"),
+    OWN("overwrite", A_OWN_SWITCH, "write into an experiment folder that already exists"),
+    SET("dp", A_INT, dp_size, "data-parallel size"),
+    SET("tp", A_INT, tp_size, "tensor-parallel size"),
+    SET("pp", A_INT, pp_size, "pipeline-parallel size"),
+    SET("cp", A_INT, cp_size, "context-parallel size"),
+    SET("pp_engine", A_STR, pp_engine, "pipeline schedule: afab or 1f1b"),
+    SET("backend", A_STR, backend, "collectives: nccl (GPU) or mpi"),
+    SET("use_cpu", A_SWITCH, use_cpu, "train on the CPU build (its default)"),
+    SET("tp_async", A_SWITCH, tp_async, "overlap the column-parallel all-reduce with compute"),
+    SET("cp_zigzag", A_SWITCH, cp_zigzag, "zig-zag sequence chunks to balance the causal ring"),
+    SET("bucket_size_mb", A_INT, bucket_size_mb, "data-parallel gradient bucket size in MB"),
+    SET("num_hidden_layers", A_INT, num_hidden_layers, "override the model's layer count"),
+    SET("num_attention_heads", A_INT, num_attention_heads, "override the model's query heads"),
+    SET("num_key_value_heads", A_INT, num_key_value_heads, "override the model's key/value heads"),
+    SET("hidden_size", A_INT, hidden_size, "override the model's hidden size"),
+    SET("intermediate_size", A_INT, intermediate_size, "override the model's MLP size"),
+    SET("vocab_size", A_INT, vocab_size, "override the model's vocabulary size"),
+    SET("grad_acc_steps", A_INT, gradient_accumulation_steps, "gradient accumulation steps"),
+    SET("mbs", A_INT, micro_batch_size, "micro-batch size, in sequences"),
+    SET("seq_len", A_INT, seq_length, "sequence length, in tokens"),
+    SET("learning_rate", A_FLOAT, learning_rate, "AdamW learning rate"),
+    SET("grad_clip", A_FLOAT, grad_clip, "max global gradient norm; 0: no clipping"),
+    SET("total_train_steps", A_INT, total_train_steps, "optimizer steps to train"),
+    SET("seed", A_INT, seed, "seed of the weights and the data order"),
+    SET("dataset", A_STR, dataset_name, "a .txt (bytes), a .tok token file or an llm.c .bin"),
+    SET("save_dir", A_STR, save_dir, "checkpoint folder (default <out_dir>/<exp_name>)"),
+    SET("save_frequency", A_INT, save_frequency, "save a checkpoint every N steps; 0: never"),
+    SET("metrics_file", A_STR, metrics_file, "append one JSON line per step to this file"),
+    OWN("hf_token", A_NOTE, "--hf_token is not needed: picotron.c reads no hub (built-in "
+                            "presets, or --model_config)"),
+    OWN("subset_name", A_NOTE, "--subset_name is ignored: picotron.c reads one local file "
+                               "(--dataset)"),
+    OWN("use_wandb", A_NOTE_SWITCH, "--use_wandb is ignored: picotron.c logs to stdout and to "
+                                    "--metrics_file"),
+    OWN("use_fused_adam", A_NOTE_SWITCH, "--use_fused_adam is ignored: picotron.c has one AdamW "
+                                         "kernel per device"),
+};
+#define NUM_FLAGS (int)(sizeof flags / sizeof flags[0])
+
+static int is_switch(const Flag *f) {
+    return f->type == A_SWITCH || f->type == A_OWN_SWITCH || f->type == A_NOTE_SWITCH;
+}
+
+static const char *flag_value(const char *name) {
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (strcmp(flags[i].flag, name) == 0) return flags[i].value;
+    return NULL;
+}
+
+static void usage(void) {
+    Config d;
+    config_defaults(&d);
+    printf("usage: ./create_config [--flag value | --flag=value]...\n"
+           "writes <out_dir>/<exp_name>/config.json for ./train (picotron's flags, and more)\n");
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag *f = &flags[i];
+        char name[48], def[64] = "";
+        snprintf(name, sizeof name, "--%s%s", f->flag, is_switch(f) ? "" : " X");
+        const char *src = (const char *)&d + f->offset;
+        if (f->type == A_INT && !strstr(f->help, "override")) snprintf(def, sizeof def, " (default %d)", *(const int *)src);
+        if (f->type == A_FLOAT) snprintf(def, sizeof def, " (default %g)", *(const float *)src);
+        if (f->type == A_STR && *src && !strstr(f->help, "default"))
+            snprintf(def, sizeof def, " (default %s)", src);
+        printf("  %-24s %s%s\n", name, f->type >= A_NOTE ? "accepted for picotron's "
+               "command lines; no effect" : f->help, def);
+    }
+    printf("presets: %s (an -Instruct suffix is accepted)\n", config_preset_names());
+}
+
+static int edit_distance(const char *a, const char *b) {
+    int la = strlen(a) < 63 ? strlen(a) : 63, lb = strlen(b) < 63 ? strlen(b) : 63;
+    int prev[64], cur[64];
+    for (int j = 0; j <= lb; j++) prev[j] = j;
+    for (int i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            cur[j] = best;
+        }
+        memcpy(prev, cur, sizeof prev);
+    }
+    return prev[lb];
+}
+
+static void __attribute__((noreturn)) unknown_flag(const char *name) {
+    int best = INT_MAX;
+    const char *closest = NULL;
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        int d = edit_distance(name, flags[i].flag);
+        if (d < best) best = d, closest = flags[i].flag;
+    }
+    if (best <= 1 + (int)strlen(name) / 4)
+        user_error("create_config: unknown flag --%s (did you mean --%s? see --help)", name,
+                   closest);
+    user_error("create_config: unknown flag --%s (see ./create_config --help)", name);
+}
+
+// fills flags[].value from "--flag value", "--flag=value" and "--switch"
+static void parse_args(int argc, char **argv) {
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage();
+            exit(0);
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            user_error("create_config: unexpected argument \"%s\" (flags start with --; see "
+                       "--help)", arg);
+        char name[64];
+        const char *eq = strchr(arg, '='), *value = eq ? eq + 1 : NULL;
+        snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - arg - 2 : (long)strlen(arg) - 2),
+                 arg + 2);
+        Flag *f = NULL;
+        for (int i = 0; i < NUM_FLAGS; i++)
+            if (strcmp(flags[i].flag, name) == 0) f = &flags[i];
+        if (!f) unknown_flag(name);
+        if (is_switch(f)) {
+            if (value) user_error("create_config: --%s is a switch and takes no value", name);
+            value = "1";
+        } else if (!value) {
+            if (a + 1 >= argc || strncmp(argv[a + 1], "--", 2) == 0)
+                user_error("create_config: --%s needs a value", name);
+            value = argv[++a];
+        }
+        f->value = value;
+    }
+}
+
+// the flags that set a Config field, after the model's architecture so they override it
+static void apply_flags(Config *cfg) {
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag *f = &flags[i];
+        char *dst = (char *)cfg + f->offset, *end;
+        if (!f->value || f->type > A_SWITCH) continue;
+        if (f->type == A_INT) {
+            long x = strtol(f->value, &end, 10);
+            if (!f->value[0] || *end || x < INT_MIN || x > INT_MAX)
+                user_error("create_config: --%s expects an integer, got \"%s\"", f->flag,
+                           f->value);
+            *(int *)dst = (int)x;
+        } else if (f->type == A_FLOAT) {
+            float x = strtof(f->value, &end);
+            if (!f->value[0] || *end || !isfinite(x))
+                user_error("create_config: --%s expects a number, got \"%s\"", f->flag, f->value);
+            *(float *)dst = x;
+        } else if (f->type == A_STR) {
+            if (strlen(f->value) >= f->size)
+                user_error("create_config: --%s is longer than %zu characters", f->flag,
+                           f->size - 1);
+            strcpy(dst, f->value);
+        } else {
+            *(int *)dst = 1;
+        }
+    }
+}
+
+static cJSON *read_json(const char *path) {
+    struct stat st;
+    char file[1024];
+    snprintf(file, sizeof file, "%s", path);
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(file, sizeof file, "%s/config.json", path);
+    if (stat(file, &st) != 0)
+        user_error("create_config: --model_config %s: %s", file, strerror(errno));
+    FILE *f = fopen(file, "rb");
+    if (!f) user_error("create_config: --model_config %s: %s", file, strerror(errno));
+    char *text = xmalloc(st.st_size + 1);
+    if (fread(text, 1, st.st_size, f) != (size_t)st.st_size)
+        user_error("create_config: --model_config %s: short read", file);
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    if (!cJSON_IsObject(root))
+        user_error("create_config: --model_config %s is not a JSON object (is it a Hugging Face "
+                   "config.json?)", file);
+    free(text);
+    return root;
+}
+
+// a Hugging Face config.json's architecture; absent optional keys take LlamaConfig's defaults
+static void read_model_config(Config *cfg, const char *path) {
+    enum { HF_INT, HF_FLOAT, HF_BOOL };
+    const struct { const char *key; int type, required; size_t offset; } keys[] = {
+        {"hidden_size", HF_INT, 1, offsetof(Config, hidden_size)},
+        {"intermediate_size", HF_INT, 1, offsetof(Config, intermediate_size)},
+        {"num_hidden_layers", HF_INT, 1, offsetof(Config, num_hidden_layers)},
+        {"num_attention_heads", HF_INT, 1, offsetof(Config, num_attention_heads)},
+        {"num_key_value_heads", HF_INT, 0, offsetof(Config, num_key_value_heads)},
+        {"vocab_size", HF_INT, 1, offsetof(Config, vocab_size)},
+        {"rms_norm_eps", HF_FLOAT, 0, offsetof(Config, rms_norm_eps)},
+        {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
+        {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
+        {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
+    };
+    cJSON *root = read_json(path);
+    cfg->rms_norm_eps = 1e-6f;
+    cfg->rope_theta = 10000.0f;
+    cfg->max_position_embeddings = 2048;
+    cfg->tie_word_embeddings = 0;
+    cfg->num_key_value_heads = 0;   // 0 until read: then it defaults to the query heads
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
+        char *dst = (char *)cfg + keys[k].offset;
+        if (!item || cJSON_IsNull(item)) {
+            if (keys[k].required)
+                user_error("create_config: --model_config %s has no %s (is it a Llama-like "
+                           "Hugging Face config.json?)", path, keys[k].key);
+        } else if (keys[k].type == HF_BOOL && cJSON_IsBool(item)) {
+            *(int *)dst = cJSON_IsTrue(item);
+        } else if (keys[k].type == HF_FLOAT && cJSON_IsNumber(item)) {
+            *(float *)dst = (float)item->valuedouble;
+        } else if (keys[k].type == HF_INT && cJSON_IsNumber(item) &&
+                   item->valuedouble == floor(item->valuedouble) && item->valuedouble < INT_MAX) {
+            *(int *)dst = (int)item->valuedouble;
+        } else {
+            user_error("create_config: --model_config %s: %s has the wrong type", path,
+                       keys[k].key);
+        }
+    }
+    if (cfg->num_key_value_heads == 0) cfg->num_key_value_heads = cfg->num_attention_heads;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+    snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
+             cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0)
+        printf("note: model_type \"%s\" is not llama; picotron.c builds a Llama of these sizes\n",
+               type->valuestring);
+    cJSON_Delete(root);
+}
+
+static void make_dirs(const char *path) {   // mkdir -p
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            user_error("create_config: cannot create folder %s: %s", dir, strerror(errno));
+        *p = c;
+        if (!c) break;
+    }
+}
+
+static void print_thousands(char *out, size_t size, long x) {   // 1048576 -> "1,048,576"
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%ld", x), o = 0;
+    for (int i = 0; i < n && o + 2 < (int)size; i++) {
+        out[o++] = digits[i];
+        if ((n - i - 1) % 3 == 0 && i < n - 1) out[o++] = ',';
+    }
+    out[o] = '\0';
+}
+
+int main(int argc, char **argv) {
+    parse_args(argc, argv);
+    const char *out_dir = flag_value("out_dir") ? flag_value("out_dir") : "tmp";
+    const char *exp_name = flag_value("exp_name") ? flag_value("exp_name") : "dummy_exp";
+    const char *model_name = flag_value("model_name");
+    const char *model_config = flag_value("model_config");
+    Config cfg;
+    config_defaults(&cfg);
+
+    if (model_config) {
+        read_model_config(&cfg, model_config);   // names the model after the file
+        if (!model_name) model_name = cfg.model_name;
+    } else {
+        if (!model_name) model_name = "picotron-tiny";
+        if (!config_apply_preset(&cfg, model_name))
+            user_error("create_config: unknown --model_name %s; presets: %s (or pass "
+                       "--model_config PATH to a Hugging Face config.json)", model_name,
+                       config_preset_names());
+    }
+    if (strlen(model_name) >= sizeof cfg.model_name)
+        user_error("create_config: --model_name is too long");
+    memmove(cfg.model_name, model_name, strlen(model_name) + 1);
+
+    char run_path[496], path[512];   // both fit Config's 512-character paths
+    if (snprintf(run_path, sizeof run_path, "%s/%s", out_dir, exp_name) >= (int)sizeof run_path)
+        user_error("create_config: --out_dir/--exp_name is longer than %zu characters",
+                   sizeof run_path - 1);
+    snprintf(cfg.save_dir, sizeof cfg.save_dir, "%s", run_path);   // as picotron
+    snprintf(cfg.run_name, sizeof cfg.run_name, "%s", exp_name);
+    apply_flags(&cfg);
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (flags[i].value && flags[i].type >= A_NOTE) printf("note: %s\n", flags[i].help);
+    config_validate(&cfg, cfg.dp_size * cfg.tp_size * cfg.pp_size * cfg.cp_size);
+
+    struct stat st;
+    if (stat(run_path, &st) == 0 && !flag_value("overwrite"))
+        user_error("create_config: %s already exists; pass --overwrite to replace its "
+                   "config.json, or choose another --exp_name", run_path);
+    make_dirs(run_path);
+    snprintf(path, sizeof path, "%s/config.json", run_path);
+    if (config_save(&cfg, path) != 0)
+        user_error("create_config: cannot write %s: %s", path, strerror(errno));
+
+    long gbs = (long)cfg.micro_batch_size * cfg.gradient_accumulation_steps * cfg.dp_size;
+    char tokens[32];
+    print_thousands(tokens, sizeof tokens, gbs * cfg.seq_length);
+    printf("Global batch size: %ld sequences (mbs %d x grad_acc_steps %d x dp %d) = %s tokens "
+           "(seq_len %d)\n", gbs, cfg.micro_batch_size, cfg.gradient_accumulation_steps,
+           cfg.dp_size, tokens, cfg.seq_length);
+    printf("Configs created successfully! Saved to %s\n", path);
+    printf("Run it: mpirun -np %d ./train --config %s\n",
+           cfg.dp_size * cfg.tp_size * cfg.pp_size * cfg.cp_size, path);
+    return 0;
+}

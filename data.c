@@ -1,0 +1,204 @@
+// Token files and the loader (picotron's MicroBatchDataLoader without the Hugging Face datasets).
+// The corpus is one stream of tokens cut into windows of seq_length+1 tokens with stride
+// seq_length, so sample i's targets overlap sample i+1's first input token, as picotron packs
+// them. Sample i of the global order goes to dp rank i mod dp, like torch's DistributedSampler
+// without shuffling: the data a rank reads follows from (step, micro-batch, dp rank) alone, which
+// makes every layout read exactly the same global batch.
+#include "data.h"
+#include "context_parallel.h"
+#include "model.h"
+#include "utils.h"
+#include <errno.h>
+#include <string.h>
+
+#define TOK_MAGIC        "PICOTOK" // 8 bytes with its terminating zero
+#define TOK_VERSION      1
+#define TOK_HEADER_BYTES 64
+#define LLMC_MAGIC       20240520 // llm.c's GPT-2 token shards
+#define LLMC_VERSION     1
+#define LLMC_HEADER_INTS 256
+#define DATASET_HINT     "set dataset.name in the config to a .txt, .tok or .bin file"
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+// little-endian reads and writes, so files move between machines unchanged
+static uint64_t read_le(const unsigned char *p, int bytes) {
+    uint64_t x = 0;
+    for (int i = bytes - 1; i >= 0; i--) x = (x << 8) | p[i];
+    return x;
+}
+
+static void write_le(unsigned char *p, uint64_t x, int bytes) {
+    for (int i = 0; i < bytes; i++, x >>= 8) p[i] = (unsigned char)(x & 0xff);
+}
+
+// The whole file in memory; a file that cannot be opened is the user's to fix, so it gets one
+// line rather than a stack of hints.
+static unsigned char *read_file(const char *path, long *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f && errno == ENOENT)
+        user_error("dataset error: %s: no such file (%s)", path, DATASET_HINT);
+    if (!f) user_error("dataset error: %s: %s (%s)", path, strerror(errno), DATASET_HINT);
+    if (fseek(f, 0, SEEK_END) != 0 || (*size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        user_error("dataset error: %s: cannot read it (%s)", path, DATASET_HINT);
+    unsigned char *bytes = xmalloc((size_t)*size);
+    xfread(bytes, 1, (size_t)*size, f);
+    fclose(f);
+    return bytes;
+}
+
+// ".tok": magic[8] "PICOTOK\0", uint32 version, uint32 token width (2 or 4), uint64 token count,
+// zeros up to 64 bytes, then the tokens
+static void parse_tok(Dataset *ds, const unsigned char *bytes, long size, const char *path) {
+    if (size < TOK_HEADER_BYTES || memcmp(bytes, TOK_MAGIC, 8) != 0)
+        user_error("dataset error: %s: not a .tok file (bad magic; write it with tokens_write)",
+                   path);
+    uint32_t version = (uint32_t)read_le(bytes + 8, 4);
+    uint32_t width = (uint32_t)read_le(bytes + 12, 4);
+    uint64_t count = read_le(bytes + 16, 8);
+    if (version != TOK_VERSION)
+        user_error("dataset error: %s: .tok version %u, this build reads version %d "
+                   "(rewrite it with tokens_write)",
+                   path, version, TOK_VERSION);
+    if (width != 2 && width != 4)
+        user_error("dataset error: %s: token width %u bytes, expected 2 or 4 "
+                   "(rewrite it with tokens_write)",
+                   path, width);
+    uint64_t expected = TOK_HEADER_BYTES + count * width;
+    if ((uint64_t)size != expected)
+        user_error("dataset error: %s: %ld bytes but its header promises %llu tokens (%llu bytes): "
+                   "the file is truncated or corrupt (write it again)",
+                   path, size, (unsigned long long)count, (unsigned long long)expected);
+    ds->num_tokens = (long)count;
+    ds->tokens = xmalloc(count * sizeof(int));
+    const unsigned char *p = bytes + TOK_HEADER_BYTES;
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t token = read_le(p + i * width, (int)width);
+        if (token > INT32_MAX)
+            user_error("dataset error: %s: token %llu at position %llu does not fit an int "
+                       "(write it again with tokens_write)",
+                       path, (unsigned long long)token, (unsigned long long)i);
+        ds->tokens[i] = (int)token;
+    }
+}
+
+// ".bin": llm.c's shard, 256 int32 (magic, version, token count, unused) then uint16 tokens
+static void parse_llmc(Dataset *ds, const unsigned char *bytes, long size, const char *path) {
+    if (size < LLMC_HEADER_INTS * 4 || read_le(bytes, 4) != LLMC_MAGIC)
+        user_error("dataset error: %s: not an llm.c token shard (bad magic, expected %d; "
+                   "write GPT-2 shards with llm.c's dev/data scripts)",
+                   path, LLMC_MAGIC);
+    uint32_t version = (uint32_t)read_le(bytes + 4, 4);
+    if (version != LLMC_VERSION)
+        user_error("dataset error: %s: llm.c shard version %u, this build reads version %d "
+                   "(uint16 GPT-2 tokens)",
+                   path, version, LLMC_VERSION);
+    uint64_t count = read_le(bytes + 8, 4);
+    uint64_t expected = LLMC_HEADER_INTS * 4 + count * 2;
+    if ((uint64_t)size != expected)
+        user_error("dataset error: %s: %ld bytes but its header promises %llu tokens (%llu bytes): "
+                   "the shard is truncated or corrupt (write it again)",
+                   path, size, (unsigned long long)count, (unsigned long long)expected);
+    ds->num_tokens = (long)count;
+    ds->tokens = xmalloc(count * sizeof(int));
+    for (uint64_t i = 0; i < count; i++)
+        ds->tokens[i] = (int)read_le(bytes + LLMC_HEADER_INTS * 4 + 2 * i, 2);
+}
+
+void dataset_open(Dataset *ds, const char *path) {
+    memset(ds, 0, sizeof *ds);
+    snprintf(ds->path, sizeof ds->path, "%s", path);
+    int is_txt = ends_with(path, ".txt"), is_tok = ends_with(path, ".tok");
+    if (!is_txt && !is_tok && !ends_with(path, ".bin"))
+        user_error("dataset error: %s: unknown file type (%s)", path, DATASET_HINT);
+    long size = 0;
+    unsigned char *bytes = read_file(path, &size);
+    if (is_txt) {
+        // byte-level tokens: every byte of the UTF-8 text is one token, vocab 256
+        ds->num_tokens = size;
+        ds->tokens = xmalloc((size_t)size * sizeof(int));
+        for (long i = 0; i < size; i++) ds->tokens[i] = bytes[i];
+    } else if (is_tok) {
+        parse_tok(ds, bytes, size, path);
+    } else {
+        parse_llmc(ds, bytes, size, path);
+    }
+    free(bytes);
+    for (long i = 0; i < ds->num_tokens; i++)
+        if (ds->tokens[i] + 1 > ds->vocab_size) ds->vocab_size = ds->tokens[i] + 1;
+}
+
+void dataset_free(Dataset *ds) {
+    free(ds->tokens);
+    ds->tokens = NULL;
+    ds->num_tokens = 0;
+}
+
+// windows of seq_length+1 tokens with stride seq_length: the last token of a window is the first
+// of the next, so n tokens give (n - 1) / seq_length samples
+long dataset_num_samples(const Dataset *ds, int seq_length) {
+    long n = ds->num_tokens > 0 ? (ds->num_tokens - 1) / seq_length : 0;
+    if (n < 1)
+        user_error("dataset error: %s: %ld tokens, fewer than one sample of training.seq_length+1 "
+                   "= %d tokens (use a larger dataset or a smaller seq_length)",
+                   ds->path, ds->num_tokens, seq_length + 1);
+    return n;
+}
+
+void dataset_get_batch(int *inputs, int *targets, const Dataset *ds, int step, int micro,
+                       int grad_acc, int mbs, int seq_length, int dp_rank, int dp_size,
+                       long num_samples) {
+    long epoch = dataset_num_samples(ds, seq_length);
+    if (num_samples > 0 && num_samples < epoch) epoch = num_samples;
+    for (int b = 0; b < mbs; b++) {
+        // k counts this rank's samples; the global order interleaves the dp ranks
+        long k = ((long)step * grad_acc + micro) * mbs + b;
+        long g = (k * dp_size + dp_rank) % epoch;        // wraps: training may run several epochs
+        const int *window = ds->tokens + g * seq_length; // (seq_length + 1) tokens
+        memcpy(inputs + (long)b * seq_length, window, seq_length * sizeof(int));
+        memcpy(targets + (long)b * seq_length, window + 1, seq_length * sizeof(int));
+    }
+}
+
+void tokens_write(const char *path, const int *tokens, long n) {
+    int width = 2;
+    for (long i = 0; i < n; i++) {
+        if (tokens[i] < 0)
+            FAIL("token ids are >= 0", "tokens_write %s: token %d at position %ld", path, tokens[i],
+                 i);
+        if (tokens[i] > 65535) width = 4;
+    }
+    unsigned char header[TOK_HEADER_BYTES] = {0};
+    memcpy(header, TOK_MAGIC, 8);
+    write_le(header + 8, TOK_VERSION, 4);
+    write_le(header + 12, (uint64_t)width, 4);
+    write_le(header + 16, (uint64_t)n, 8);
+    unsigned char *body = xmalloc((size_t)n * width);
+    for (long i = 0; i < n; i++) write_le(body + i * width, (uint64_t)tokens[i], width);
+    FILE *f = xfopen(path, "wb");
+    xfwrite(header, 1, sizeof header, f);
+    xfwrite(body, 1, (size_t)n * width, f);
+    if (fclose(f) != 0) FAIL("is the disk full?", "closing %s failed", path);
+    free(body);
+}
+
+// the micro-batch `micro` of step `step` for this rank: its dp samples, its cp tokens
+void load_micro_batch(struct Model *model, int slot, const Dataset *ds, int step, int micro) {
+    const Config *c = &model->cfg;
+    ProcessGroupManager *pgm = model->pgm;
+    int B = c->micro_batch_size, S = c->seq_length;
+    int *inputs = xmalloc((size_t)B * S * sizeof(int)), *targets = xmalloc((size_t)B * S * sizeof(int));
+    int *mine = xmalloc((size_t)B * S * sizeof(int)), *mine_t = xmalloc((size_t)B * S * sizeof(int));
+    dataset_get_batch(inputs, targets, ds, step, micro, c->gradient_accumulation_steps, B, S,
+                      pgm->dp_rank, pgm->dp_size, c->num_samples);
+    context_parallel_split(mine, inputs, B, S, pgm->cp_rank, pgm->cp_size, c->cp_zigzag);
+    context_parallel_split(mine_t, targets, B, S, pgm->cp_rank, pgm->cp_size, c->cp_zigzag);
+    model_set_batch(model, slot, mine, mine_t);
+    free(inputs);
+    free(targets);
+    free(mine);
+    free(mine_t);
+}

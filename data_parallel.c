@@ -1,0 +1,73 @@
+// Data parallelism, as picotron's data_parallel.py (DataParallelBucket).
+//
+// Every cp*dp replica holds the same parameters and sees different tokens, so averaging the
+// gradients over the replicas gives the gradient of the mean loss over all their tokens.
+// The flat gradient buffer is cut into buckets (25 MB by default). Backward tells us as each
+// layer's gradients become final (model->on_grads_ready); a bucket whose gradients are all
+// final starts its non-blocking all-reduce at once, so communication travels while earlier
+// layers are still in backward. The optimizer waits for all buckets.
+// While micro-batches are accumulated, require_backward_grad_sync is 0 and nothing is sent:
+// gradients add up locally and one all-reduce per bucket serves the whole step.
+#include "data_parallel.h"
+#include "utils.h"
+
+static void bucket_grads_ready(void *ctx, size_t offset, size_t count) {
+    DataParallel *dp = ctx;
+    if (!dp->require_backward_grad_sync) return;
+    dp->grads_pending -= count;
+    for (int b = 0; b < dp->num_buckets; b++) {
+        size_t lo = dp->start[b], hi = lo + dp->size[b];
+        size_t first = offset > lo ? offset : lo, end = offset + count < hi ? offset + count : hi;
+        if (first >= end) continue;
+        dp->ready[b] += end - first;
+        if (dp->ready[b] == dp->size[b]) {
+            dp->handles[b] = all_reduce_start(dp->model->grads + lo, dp->size[b], REDUCE_AVG,
+                                              dp->group);
+            dp->in_flight[b] = 1;
+            if (dp->grads_pending > 0) dp->started_during_backward++;
+        }
+    }
+}
+
+void data_parallel_init(DataParallel *dp, Model *model, Group *group, int bucket_size_mb) {
+    size_t n = model->num_params;
+    size_t bucket = (size_t)bucket_size_mb * 1024 * 1024 / sizeof(float);
+    if (bucket == 0) bucket = n;
+    *dp = (DataParallel){.model = model, .group = group, .require_backward_grad_sync = 1,
+                         .grads_pending = n};
+    dp->num_buckets = (int)((n + bucket - 1) / bucket);
+    dp->start = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->size = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->ready = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->handles = xmalloc(dp->num_buckets * sizeof(Handle));
+    dp->in_flight = xmalloc(dp->num_buckets * sizeof(int));
+    for (int b = 0; b < dp->num_buckets; b++) {
+        dp->start[b] = b * bucket;
+        dp->size[b] = b * bucket + bucket <= n ? bucket : n - b * bucket;
+    }
+    // one replica: nothing to average
+    if (group->size > 1) {
+        model->on_grads_ready = bucket_grads_ready;
+        model->hook_ctx = dp;
+    }
+}
+
+void data_parallel_wait(DataParallel *dp) {
+    for (int b = 0; b < dp->num_buckets; b++) {
+        if (dp->in_flight[b]) comm_wait(&dp->handles[b]);
+        else if (dp->group->size > 1)
+            FAIL("every parameter's gradient must be reported by model_backward",
+                 "bucket %d of %d never became ready", b, dp->num_buckets);
+        dp->in_flight[b] = 0;
+        dp->ready[b] = 0;
+    }
+    dp->grads_pending = dp->model->num_params;
+}
+
+void data_parallel_free(DataParallel *dp) {
+    free(dp->start);
+    free(dp->size);
+    free(dp->ready);
+    free(dp->handles);
+    free(dp->in_flight);
+}

@@ -1,0 +1,43 @@
+// AdamW as torch.optim.AdamW (picotron's optimizer), fp32 moments, on the flat buffers.
+#include "optimizer.h"
+#include <math.h>
+#include <string.h>
+#include "backend/backend.h"
+
+float learning_rate_at(const Config *cfg, int step) {
+    float lr = cfg->learning_rate;
+    if (cfg->warmup_steps > 0 && step <= cfg->warmup_steps) return lr * step / cfg->warmup_steps;
+    if (strcmp(cfg->lr_decay, "cosine") != 0) return lr;
+    float decay_steps = cfg->total_train_steps - cfg->warmup_steps;
+    float progress = decay_steps > 0 ? (step - cfg->warmup_steps) / decay_steps : 1.0f;
+    return cfg->min_lr + 0.5f * (lr - cfg->min_lr) * (1.0f + cosf((float)M_PI * progress));
+}
+
+float clip_grad_norm(Model *model) {
+    ProcessGroupManager *pgm = model->pgm;
+    float *sum = model->loss_buffers.loss_sum ? model->loss_buffers.loss_sum : model->dresid;
+    device_zero(sum, sizeof(float));
+    for (int i = 0; i < model->num_tensors; i++) {
+        const ParamInfo *p = &model->table[i];
+        // norms are replicated over tp; the tied embedding's copy on the last stage repeats the
+        // first stage's: count each parameter once
+        if (p->replicated_tp && pgm->tp_rank != 0) continue;
+        if (model->cfg.tie_word_embeddings && !model->first_stage && i == 0) continue;
+        sum_squares(sum, model->grads + p->offset, (size_t)p->rows * p->cols);
+    }
+    // every cp*dp replica holds the same averaged gradients: sum over all, divide them out
+    all_reduce(sum, 1, REDUCE_SUM, &pgm->world);
+    float total = 0.0f;
+    device_to_host(&total, sum, sizeof(float));
+    float norm = sqrtf(total / (pgm->cp_size * pgm->dp_size));
+    float max_norm = model->cfg.grad_clip;
+    if (max_norm > 0.0f && norm > max_norm)
+        scale_inplace(model->grads, max_norm / (norm + 1e-6f), model->num_params);
+    return norm;
+}
+
+void optimizer_step(Model *model, float lr, int step) {
+    const Config *c = &model->cfg;
+    adamw_update(model->params, model->grads, model->m, model->v, model->num_params, lr,
+                 c->adam_beta1, c->adam_beta2, c->adam_eps, c->weight_decay, step);
+}

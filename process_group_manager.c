@@ -1,0 +1,106 @@
+// The 4D grid of ranks (picotron's process_group_manager.py).
+// Ranks are laid out dp-major, tp fastest:
+//     global_rank = ((dp_rank*pp + pp_rank)*cp + cp_rank)*tp + tp_rank
+// so tensor-parallel peers, which talk most, are neighbours (on one node in a real cluster).
+// Each axis gets one communicator: the ranks that share every OTHER coordinate. MPI_Comm_split
+// groups ranks by `color` and orders them by `key`, so the key is the axis coordinate and a rank's
+// place in its group is its coordinate on that axis.
+#include "process_group_manager.h"
+#include "utils.h"
+#include <sched.h>
+
+static void split(Group *g, int color, int key) {
+    MPI_Comm comm;
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm));
+    group_init(g, comm);
+}
+
+// Every rank sees the same mismatch, so every rank says it (mpirun shows each rank's stderr), then
+// the job ends. The barrier, bounded to 2 s, lets every rank print before the first abort kills
+// the others; a rank that never arrives (a config that differs per rank) cannot hang the job.
+static void __attribute__((noreturn)) grid_error(const char *msg) {
+    fprintf(stderr, "[rank %d] config error: %s\n", world_rank(), msg);
+    fflush(stderr);
+    MPI_Request req;
+    int done = 0;
+    double deadline = now_seconds() + 2.0;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) == MPI_SUCCESS)
+        while (!done && now_seconds() < deadline) {
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            sched_yield();
+        }
+    // all arrived: a clean exit spares the user MPICH's abort banner on every rank
+    if (done) {
+        MPI_Finalize();
+        exit(1);
+    }
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);   // not reached: MPI_Abort does not return
+}
+
+void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp, int dp) {
+    int world_size, rank;
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    char msg[256];
+    if (tp < 1 || cp < 1 || pp < 1 || dp < 1) {
+        snprintf(msg, sizeof msg,
+                 "tp_size=%d cp_size=%d pp_size=%d dp_size=%d must each be >= 1 "
+                 "(set them in the config's \"distributed\" section)", tp, cp, pp, dp);
+        grid_error(msg);
+    }
+    if ((long)tp * cp * pp * dp != world_size) {
+        snprintf(msg, sizeof msg,
+                 "tp*cp*pp*dp = %d*%d*%d*%d = %ld but mpirun started %d ranks (run mpirun -np %ld)",
+                 tp, cp, pp, dp, (long)tp * cp * pp * dp, world_size, (long)tp * cp * pp * dp);
+        grid_error(msg);
+    }
+
+    *pgm = (ProcessGroupManager){.global_rank = rank, .world_size = world_size,
+                                 .tp_size = tp, .cp_size = cp, .pp_size = pp, .dp_size = dp};
+    // invert global_rank = ((dp_rank*pp + pp_rank)*cp + cp_rank)*tp + tp_rank
+    pgm->tp_rank = rank % tp;
+    pgm->cp_rank = (rank / tp) % cp;
+    pgm->pp_rank = (rank / (tp * cp)) % pp;
+    pgm->dp_rank = rank / (tp * cp * pp);
+    int t = pgm->tp_rank, c = pgm->cp_rank, p = pgm->pp_rank, d = pgm->dp_rank;
+
+    // a duplicate, so the library's messages never meet a caller's on MPI_COMM_WORLD
+    MPI_Comm world;
+    mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+    group_init(&pgm->world, world);
+    // color: the other coordinates, flattened; key: the coordinate along the axis
+    split(&pgm->tp, (d * pp + p) * cp + c, t);
+    split(&pgm->cp, (d * pp + p) * tp + t, c);
+    split(&pgm->pp, (d * cp + c) * tp + t, p);
+    split(&pgm->dp, (p * cp + c) * tp + t, d);
+    // gradients are averaged over every rank that holds the same weights: same pp and tp
+    split(&pgm->cp_dp, p * tp + t, d * cp + c);
+
+    // The tied embedding lives on the first stage (wte) and the last (lm_head); their gradients
+    // are summed between the two. A middle stage holds neither copy: it gets a group of one of its
+    // own (a color no other rank uses), so the Group is valid everywhere and an all_reduce there
+    // is a no-op. With pp == 1 the first stage is the last: a group of one as well.
+    pgm->pp_is_first = p == 0;
+    pgm->pp_is_last = p == pp - 1;
+    int shared = (d * cp + c) * tp + t;
+    int embed_color = pgm->pp_is_first || pgm->pp_is_last ? shared : dp * cp * tp + rank;
+    split(&pgm->embed, embed_color, p);
+
+    pgm->pp_prev = pgm->pp_is_first ? -1 : p - 1;
+    pgm->pp_next = pgm->pp_is_last ? -1 : p + 1;
+    pgm->cp_prev = (c - 1 + cp) % cp;
+    pgm->cp_next = (c + 1) % cp;
+    snprintf(pgm->name, sizeof pgm->name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d,
+             rank);
+}
+
+void process_group_manager_free(ProcessGroupManager *pgm) {
+    group_free(&pgm->embed);
+    group_free(&pgm->cp_dp);
+    group_free(&pgm->dp);
+    group_free(&pgm->pp);
+    group_free(&pgm->cp);
+    group_free(&pgm->tp);
+    group_free(&pgm->world);
+}

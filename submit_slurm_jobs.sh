@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# submit_slurm_jobs.sh: submit every config folder of a sweep to Slurm, as picotron's
+# submit_slurm_jobs.py does, in shell.
+#
+#   ./create_config --out_dir tmp/sweep --exp_name dp8 --dp 8 ...      (one folder per config)
+#   ./submit_slurm_jobs.sh --inp_dir tmp/sweep --qos high --nb_slurm_array 4
+#   ./submit_slurm_jobs.sh --inp_dir tmp/sweep --status                 (table of states)
+#   ./submit_slurm_jobs.sh --inp_dir tmp/sweep --only fail              (resubmit the failed ones)
+#   ./extract_metrics.sh   --inp_dir tmp/sweep                          (throughput table)
+#
+# Each job folder gets job.slurm (the batch script), log_<slurm id>.out, job_id.txt (the last
+# Slurm id) and status.txt, which moves through the states of picotron's Status enum:
+#   init -> pending -> running -> completed | fail | oom | timeout
+# The batch script writes running, then completed (train exited 0), oom (the log shows an
+# out-of-memory error), timeout (Slurm's "DUE TO TIME LIMIT" in the log) or fail. A job killed
+# before it could write its end state is settled on the next call of this script: it asks
+# squeue, then `scontrol show job` (which remembers a job for MinJobAge, 300 s by default), then
+# sacct when accounting exists, and falls back to the log.
+#
+# Nodes and tasks: world size W = dp*tp*pp*cp, one rank per task. A GPU job puts one rank on
+# each GPU: W <= gpus_per_node gives one node with W tasks, otherwise W / gpus_per_node nodes of
+# gpus_per_node tasks (W must be a multiple). A CPU job (--cpu, or distributed.use_cpu true in
+# the config) puts all W ranks on one node, or --cpus_per_node ranks per node when given.
+set -uo pipefail
+
+STATES="init pending running completed fail oom timeout"
+
+usage() {
+    cat <<'EOF'
+usage: ./submit_slurm_jobs.sh --inp_dir DIR [options]
+  --inp_dir DIR          every folder under DIR that holds a config.json is a job
+  --qos QOS              Slurm quality of service (#SBATCH --qos)
+  --partition NAME       Slurm partition (#SBATCH --partition)
+  --time LIMIT           job time limit, as sbatch reads it (default 01:00:00)
+  --gpus_per_node N      GPUs (= ranks) per node for GPU jobs (default 8)
+  --cpu                  CPU-only jobs (also used for configs with distributed.use_cpu true)
+  --cpus_per_node N      CPU jobs: ranks per node (default: all ranks on one node)
+  --max_nodes N          refuse jobs that need more than N nodes
+  --nb_slurm_array N     N dependency chains (afterany): at most N jobs run at once
+  --only STATE           (re)submit only jobs in STATE: fail, pending, timeout, running, ...
+  --dry_run              write job.slurm files, submit nothing
+  --status               settle and print the states, submit nothing
+  --launcher srun|mpirun launch ranks with srun --mpi=pmi2 (default) or MPICH's mpirun
+  --train PATH           the train binary (default: ./train beside this script)
+EOF
+}
+
+die() { # one line on stderr, then exit 1
+    echo "submit_slurm_jobs.sh: error: $*" >&2
+    exit 1
+}
+
+# json_get FILE SECTION KEY: the value of SECTION.KEY in a config.json (quotes stripped), empty
+# when absent. The config's sections are flat objects, so "[^}]*" spans exactly one section.
+json_get() {
+    tr '\n\r\t' '   ' <"$1" |
+        grep -oE "\"$2\"[[:space:]]*:[[:space:]]*\{[^}]*\}" | head -n1 |
+        grep -oE "\"$3\"[[:space:]]*:[[:space:]]*(\"[^\"]*\"|[^,}[:space:]]+)" | head -n1 |
+        sed -E 's/^[^:]*:[[:space:]]*//; s/^"//; s/"$//'
+}
+
+is_posint() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
+
+# ---------------------------------------------------------------- options
+inp_dir="" qos="" partition="" time_limit="01:00:00" gpus_per_node=8 cpu=0 cpus_per_node=""
+max_nodes="" nb_slurm_array=0 only="" dry_run=0 status_only=0 launcher=srun train=""
+while [ $# -gt 0 ]; do
+    opt=$1
+    case "$opt" in
+    --cpu) cpu=1; shift; continue ;;
+    --dry_run) dry_run=1; shift; continue ;;
+    --status) status_only=1; shift; continue ;;
+    -h | --help) usage; exit 0 ;;
+    --inp_dir | --qos | --partition | --time | --gpus_per_node | --cpus_per_node | --max_nodes | \
+        --nb_slurm_array | --only | --launcher | --train)
+        [ $# -ge 2 ] || die "$opt needs a value (see --help)" ;;
+    *) die "unknown option '$opt' (see --help)" ;;
+    esac
+    val=$2
+    shift 2
+    case "$opt" in
+    --inp_dir) inp_dir=$val ;;
+    --qos) qos=$val ;;
+    --partition) partition=$val ;;
+    --time) time_limit=$val ;;
+    --gpus_per_node) gpus_per_node=$val ;;
+    --cpus_per_node) cpus_per_node=$val ;;
+    --max_nodes) max_nodes=$val ;;
+    --nb_slurm_array) nb_slurm_array=$val ;;
+    --only) only=$val ;;
+    --launcher) launcher=$val ;;
+    --train) train=$val ;;
+    esac
+done
+[ -n "$inp_dir" ] || die "--inp_dir is required: the folder that holds the config folders"
+[ -d "$inp_dir" ] || die "--inp_dir $inp_dir is not a folder"
+is_posint "$gpus_per_node" || die "--gpus_per_node must be a positive integer, not '$gpus_per_node'"
+[ -z "$cpus_per_node" ] || is_posint "$cpus_per_node" ||
+    die "--cpus_per_node must be a positive integer, not '$cpus_per_node'"
+[ -z "$max_nodes" ] || is_posint "$max_nodes" ||
+    die "--max_nodes must be a positive integer, not '$max_nodes'"
+[[ $nb_slurm_array =~ ^[0-9]+$ ]] ||
+    die "--nb_slurm_array must be a number of chains (0: no chains), not '$nb_slurm_array'"
+[ -z "$only" ] || [[ " $STATES " == *" $only "* ]] ||
+    die "--only $only: expected one of: $STATES"
+[ "$launcher" = srun ] || [ "$launcher" = mpirun ] ||
+    die "--launcher $launcher: expected srun or mpirun"
+[ -z "$time_limit" ] && die "--time needs a limit such as 01:00:00"
+inp_dir=$(cd "$inp_dir" && pwd)
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[ -n "$train" ] || train=$script_dir/train
+[[ $train == /* ]] || train=$PWD/$train
+
+# ---------------------------------------------------------------- the jobs
+# A folder with a config.json is a job; folders below a job (checkpoints) are not.
+jobs=()
+while IFS= read -r cfg; do
+    d=$(dirname "$cfg")
+    nested=0
+    for j in "${jobs[@]+"${jobs[@]}"}"; do
+        [[ $d == "$j"/* ]] && nested=1 && break
+    done
+    [ $nested = 1 ] || jobs+=("$d")
+done < <(find "$inp_dir" -name config.json -type f | LC_ALL=C sort)
+[ ${#jobs[@]} -gt 0 ] ||
+    die "no config.json in $inp_dir or its folders: write configs with ./create_config --out_dir $inp_dir ..."
+
+job_name() { # path relative to inp_dir ("." for inp_dir itself)
+    local n=${1#"$inp_dir"}
+    n=${n#/}
+    echo "${n:-.}"
+}
+get_status() {
+    local s
+    s=$(head -n1 "$1/status.txt" 2>/dev/null | tr -d '[:space:]')
+    echo "${s:-init}"
+}
+set_status() { echo "$2" >"$1/status.txt"; }
+
+# slurm_state ID: Slurm's state of a job (PENDING, RUNNING, COMPLETED, TIMEOUT, ...), empty when
+# Slurm no longer knows it; fails when squeue cannot reach the controller.
+slurm_state() {
+    local s
+    s=$(squeue -h -j "$1" -o %T 2>/dev/null | head -n1)
+    if [ -z "$s" ]; then
+        squeue -h -o %A >/dev/null 2>&1 || return 1
+        # squeue forgets a job when it ends; scontrol keeps it for MinJobAge (300 s by default)
+        s=$(scontrol show job -o "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | head -n1)
+        s=${s#JobState=}
+    fi
+    if [ -z "$s" ] && command -v sacct >/dev/null 2>&1; then
+        s=$(sacct -n -X -j "$1" -o State 2>/dev/null | head -n1 | awk '{print $1}')
+    fi
+    echo "$s"
+}
+
+# settle DIR: bring status.txt up to date for a job that Slurm has ended. While the job lives,
+# its batch script writes status.txt itself; settle only catches the ends it could not write
+# (killed at the time limit, cancelled while pending, node lost) and refines fail.
+settle() {
+    local d=$1 st id state log
+    st=$(get_status "$d")
+    case "$st" in pending | running | fail) ;; *) return ;; esac
+    id=$(head -n1 "$d/job_id.txt" 2>/dev/null | tr -dc '0-9')
+    [ -n "$id" ] && command -v squeue >/dev/null 2>&1 || return
+    state=$(slurm_state "$id") || return
+    log=$d/log_$id.out
+    case "$state" in
+    PENDING | RUNNING | CONFIGURING | COMPLETING | SUSPENDED | REQUEUED | RESIZING) ;;
+    TIMEOUT) set_status "$d" timeout ;;
+    OUT_OF_MEMORY) set_status "$d" oom ;;
+    *)
+        if [ -f "$log" ] && grep -q 'DUE TO TIME LIMIT' "$log"; then
+            set_status "$d" timeout
+        elif [ "$st" != fail ]; then
+            set_status "$d" fail
+        fi ;;
+    esac
+}
+
+print_table() {
+    local s d n counts=""
+    echo "| job | status | slurm id |"
+    for d in "${jobs[@]}"; do
+        echo "| $(job_name "$d") | $(get_status "$d") | $(head -n1 "$d/job_id.txt" 2>/dev/null) |"
+    done
+    echo
+    echo "| status | count |"
+    for s in $STATES; do
+        n=0
+        for d in "${jobs[@]}"; do [ "$(get_status "$d")" = "$s" ] && n=$((n + 1)); done
+        echo "| $s | $n |"
+    done
+    echo "| total | ${#jobs[@]} |"
+}
+
+if [ $status_only = 1 ]; then
+    for d in "${jobs[@]}"; do settle "$d"; done
+    print_table
+    exit 0
+fi
+
+# ---------------------------------------------------------------- job.slurm
+# write_job_script DIR: checks the layout against the nodes, then writes DIR/job.slurm
+write_job_script() {
+    local d=$1 cfg=$1/config.json k v dp tp pp cp world kind per_node nodes omp
+    for k in dp tp pp cp; do
+        v=$(json_get "$cfg" distributed "${k}_size")
+        is_posint "$v" || die "$cfg: distributed.${k}_size is '${v:-missing}'," \
+            "expected a positive integer (rewrite it with ./create_config)"
+        printf -v "$k" '%s' "$v"
+    done
+    world=$((dp * tp * pp * cp))
+    kind=gpu
+    if [ $cpu = 1 ] || [ "$(json_get "$cfg" distributed use_cpu)" = true ]; then kind=cpu; fi
+    if [ $kind = gpu ]; then per_node=$gpus_per_node; else per_node=${cpus_per_node:-$world}; fi
+    if [ $world -le "$per_node" ]; then
+        per_node=$world
+        nodes=1
+    else
+        [ $((world % per_node)) = 0 ] || die "$cfg: world size $world" \
+            "(dp*tp*pp*cp = $dp*$tp*$pp*$cp) is not a multiple of $per_node ranks per node;" \
+            "change the layout or --${kind}s_per_node"
+        nodes=$((world / per_node))
+    fi
+    [ -z "$max_nodes" ] || [ $nodes -le "$max_nodes" ] || die "$cfg: world size $world" \
+        "(dp*tp*pp*cp = $dp*$tp*$pp*$cp) needs $nodes nodes of $per_node ranks," \
+        "more than --max_nodes $max_nodes"
+    omp=$(json_get "$cfg" environment omp_num_threads)
+    is_posint "$omp" || omp=1
+
+    local launch="srun --mpi=pmi2"
+    [ $launcher = mpirun ] && launch="mpirun -np \$SLURM_NTASKS"
+    {
+        echo "#!/bin/bash"
+        echo "# picotron.c job, written by submit_slurm_jobs.sh: $world ranks" \
+            "(dp=$dp tp=$tp pp=$pp cp=$cp), $kind"
+        echo "#SBATCH --job-name=picotron-$(job_name "$d" | tr '/ ' '__')"
+        echo "#SBATCH --nodes=$nodes"
+        echo "#SBATCH --ntasks-per-node=$per_node"
+        if [ $kind = gpu ]; then
+            echo "#SBATCH --gres=gpu:$per_node"
+            echo "#SBATCH --exclusive"
+        fi
+        echo "#SBATCH --output=$d/log_%j.out"
+        echo "#SBATCH --time=$time_limit"
+        echo "#SBATCH --chdir=$PWD"
+        [ -n "$partition" ] && echo "#SBATCH --partition=$partition"
+        [ -n "$qos" ] && echo "#SBATCH --qos=$qos"
+        cat <<EOF
+
+JOB_DIR='$d'
+LOG="\$JOB_DIR/log_\$SLURM_JOB_ID.out"
+export OMP_NUM_THREADS=$omp
+EOF
+        [ $kind = gpu ] && echo "export CUDA_DEVICE_MAX_CONNECTIONS=1"
+        cat <<EOF
+
+# status.txt: running now; at the end completed, oom, timeout or fail (picotron's states)
+finish() {
+    local state=fail
+    if [ "\$1" = 0 ]; then
+        state=completed
+    elif grep -qiE 'out of memory|OutOfMemory' "\$LOG" 2>/dev/null; then
+        state=oom
+    elif grep -q 'DUE TO TIME LIMIT' "\$LOG" 2>/dev/null; then
+        state=timeout
+    fi
+    echo "\$state" >"\$JOB_DIR/status.txt"
+    exit "\$1"
+}
+# Slurm's time limit and scancel send SIGTERM: the log then tells which one it was
+trap 'sleep 1; finish 143' TERM
+echo running >"\$JOB_DIR/status.txt"
+echo "job \$SLURM_JOB_ID on \$SLURM_JOB_NODELIST: \$SLURM_NTASKS ranks"
+$launch '$train' --config "\$JOB_DIR/config.json" &
+wait \$!
+finish \$?
+EOF
+    } >"$d/job.slurm"
+    [ -f "$d/status.txt" ] || set_status "$d" init
+}
+
+# ---------------------------------------------------------------- select and submit
+for d in "${jobs[@]}"; do settle "$d"; done
+selected=()
+for d in "${jobs[@]}"; do
+    st=$(get_status "$d")
+    if [ -n "$only" ]; then
+        [ "$st" = "$only" ] && selected+=("$d")
+    elif [ "$st" = pending ] || [ "$st" = running ]; then
+        echo "skipping $(job_name "$d"): already $st (Slurm job $(cat "$d/job_id.txt"))"
+    else
+        selected+=("$d")
+    fi
+done
+# every job script is written (and every layout checked) before anything is submitted
+for d in "${selected[@]+"${selected[@]}"}"; do write_job_script "$d"; done
+
+if [ $dry_run = 1 ]; then
+    for d in "${selected[@]+"${selected[@]}"}"; do echo "wrote $d/job.slurm"; done
+    echo "dry run: wrote ${#selected[@]} job scripts, submitted nothing"
+    exit 0
+fi
+command -v sbatch >/dev/null 2>&1 ||
+    die "sbatch not found in PATH: run this on a Slurm login node, or use --dry_run to only write job.slurm files"
+[ -x "$train" ] || die "$train not found: build it with make (make GPU=1 for GPUs) or pass --train PATH"
+
+# --nb_slurm_array N: N chains of consecutive jobs; a job starts after the one before it in its
+# chain has ended, whatever its outcome (afterany), so at most N run at once.
+chains=$nb_slurm_array
+[ "$chains" -gt ${#selected[@]} ] && chains=${#selected[@]}
+submitted=0 failed=0 prev="" chain_left=0 chain=0
+for d in "${selected[@]+"${selected[@]}"}"; do
+    if [ "$chains" -gt 0 ] && [ $chain_left = 0 ]; then
+        # the first (count % chains) chains take one job more, as picotron distributes them
+        chain_left=$(( ${#selected[@]} / chains + (chain < ${#selected[@]} % chains ? 1 : 0) ))
+        chain=$((chain + 1))
+        prev=""
+    fi
+    dep=()
+    [ -n "$prev" ] && dep=(--dependency="afterany:$prev")
+    old=$(get_status "$d")
+    set_status "$d" pending   # before sbatch: a quick job may write running at once
+    if out=$(sbatch --parsable "${dep[@]+"${dep[@]}"}" "$d/job.slurm" 2>&1); then
+        id=${out%%;*}
+        echo "$id" >"$d/job_id.txt"
+        echo "submitted $(job_name "$d") as Slurm job $id${prev:+ (after $prev)}"
+        submitted=$((submitted + 1))
+        [ "$chains" -gt 0 ] && prev=$id
+    else
+        set_status "$d" "$old"
+        echo "sbatch failed for $(job_name "$d"): $(echo "$out" | head -n1)" >&2
+        failed=$((failed + 1))
+    fi
+    [ "$chains" -gt 0 ] && chain_left=$((chain_left - 1))
+done
+echo "submitted $submitted of ${#selected[@]} jobs${only:+ (--only $only)}"
+print_table
+[ $failed = 0 ]

@@ -1,0 +1,82 @@
+// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019), as picotron's tensor_parallel.py.
+//
+// A decoder layer is split over the tp ranks so that only two all-reduces run per layer and
+// direction. The attention heads and the MLP's intermediate features are divided:
+//   q, k, v, gate, up  column-parallel: this rank holds out/tp rows of W (OC, C).
+//       forward:  out = inp @ W_r^T             input replicated: identity, no communication
+//       backward: dinp = all_reduce(dout @ W_r) each rank saw only its features' share
+//   o_proj, down_proj  row-parallel: this rank holds in/tp columns of W (C, I).
+//       forward:  out = all_reduce(inp_r @ W_r^T)  partial sums over the split features
+//       backward: dinp_r = dout @ W_r             dout is replicated: identity
+// The vocabulary is split too: the embedding gives zeros for tokens outside this rank's range
+// and an all-reduce fills them in; the head is column-parallel over the vocabulary and the loss
+// is built from the shards with three small all-reduces (max, sum of exp, target logit), so no
+// rank ever holds (tokens x vocab) logits. Every rank then holds the same output, which is why
+// RMSNorm weights stay replicated and identical.
+#include "tensor_parallel.h"
+#include "backend/backend.h"
+
+void column_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int C,
+                                    int OC) {
+    matmul_forward(out, inp, weight, N, C, OC);
+}
+
+// The linears that read one input (q, k and v read ln1) sum their input gradients locally and
+// all-reduce once: all-reducing after each would count the earlier ones tp times.
+// async (nanotron's): the all-reduce travels while the weight gradients are computed.
+void column_parallel_linear_backward(float *dinp, const ColumnParallelLinear *linears, int count,
+                                     const float *inp, int N, int C, Group *tp, int async) {
+    for (int i = 0; i < count; i++)
+        matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
+    Handle h;
+    if (async) h = all_reduce_start(dinp, (size_t)N * C, REDUCE_SUM, tp);
+    for (int i = 0; i < count; i++)
+        matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
+                        linears[i].OC);
+    if (async) comm_wait(&h);
+    else all_reduce(dinp, (size_t)N * C, REDUCE_SUM, tp);
+}
+
+void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,
+                                 int C, Group *tp) {
+    matmul_forward(out, inp, weight, N, I, C);
+    all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
+}
+
+void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                                  const float *weight, int N, int I, int C) {
+    matmul_backward(dinp, dweight, dout, inp, weight, N, I, C);
+}
+
+void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
+                                      int vocab_start, int V, Group *tp) {
+    embedding_forward(out, tokens, wte, N, C, vocab_start, V);
+    all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
+}
+
+// dout is replicated, and each rank keeps the rows of the tokens it owns: no communication
+void vocab_parallel_embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
+                                       int C, int vocab_start, int V) {
+    embedding_backward(dwte, dout, tokens, N, C, vocab_start, V);
+}
+
+float vocab_parallel_cross_entropy(float *dlogits, const float *logits, const int *targets,
+                                   float loss_scale, int N, int V, int vocab_start,
+                                   VocabParallelLossBuffers *buf, Group *tp) {
+    // the global max keeps exp() finite on every shard
+    cross_entropy_max(buf->maxes, logits, N, V);
+    all_reduce(buf->maxes, N, REDUCE_MAX, tp);
+    // sum of exp and the target's logit (held by exactly one shard) in one all-reduce
+    float *sumexp = buf->stats, *target_logit = buf->stats + N;
+    device_zero(buf->stats, 2 * (size_t)N * sizeof(float));
+    cross_entropy_sumexp(sumexp, target_logit, logits, buf->maxes, targets, N, V, vocab_start);
+    all_reduce(buf->stats, 2 * (size_t)N, REDUCE_SUM, tp);
+    cross_entropy_loss(buf->losses, buf->maxes, sumexp, target_logit, N);
+    cross_entropy_backward(dlogits, logits, buf->maxes, sumexp, targets, loss_scale, N, V,
+                           vocab_start);
+    float loss_sum = 0.0f;
+    device_zero(buf->loss_sum, sizeof(float));
+    sum_reduce(buf->loss_sum, buf->losses, N);
+    device_to_host(&loss_sum, buf->loss_sum, sizeof(float));
+    return loss_sum / N;
+}

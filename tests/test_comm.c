@@ -1,0 +1,266 @@
+// Every collective of backend/comm.h gives what a local reference computes from the values each
+// rank holds (sums and means within TOL_REDUCE, relative to the sum of magnitudes; maxima,
+// gathers, broadcasts and messages exactly), on the world group, on a half-world group whose ranks
+// are in reverse order, and on a group of one rank, which must do no MPI. Run with mpirun -np 4
+// and -np 8.
+// Modes for tests/t_40_comm.sh:
+//   --fail-rank R   rank R calls FAIL() while the others wait in all_reduce: the job must end
+//   --huge          an all_reduce of 2^31 floats must be refused with a message, not truncated
+#include "backend/comm.h"
+#include "utils.h"
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+// a float sum of 8 terms, in any order, rounds at most 7 times by 2^-24 of the sum of magnitudes
+#define TOL_REDUCE 1e-6
+#define NSIZES 3
+static const size_t SIZES[NSIZES] = {1, 7, 100003};   // the last one is above the eager limit
+
+static int failures;
+
+// what group rank r holds at element i: a hash in [-1, 1) scaled by 1 + r, different for every
+// rank, element and check. Integer arithmetic, not sinf: a vectorised sinf in one loop and a scalar
+// one in another may differ in the last bits.
+static float value(int r, size_t i, int salt) {
+    uint64_t h = ((uint64_t)r * 1000003u + i) * 0x9E3779B97F4A7C15ull + (uint64_t)salt;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    return ((float)(h >> 40) / (float)(1 << 23) - 1.0f) * (float)(1 + r);
+}
+
+static double rel_err(float got, double ref) { return fabs(got - ref) / fmax(1.0, fabs(ref)); }
+// a sum's error relative to the sum of the magnitudes of its terms: what float rounding bounds
+static double sum_err(float got, double ref, double magnitude) {
+    return fabs(got - ref) / fmax(1e-30, magnitude);
+}
+
+// the worst error over every rank of the job, with an independent (blocking) MPI call
+static void report(const char *what, size_t n, Group *g, double err, double tol) {
+    double worst = 0;
+    mpiCheck(MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    int bad = !(worst <= tol);
+    failures += bad;
+    if (world_rank() == 0)
+        printf("%-5s %-28s n=%-6zu group of %d: max rel err %.1e (tol %.0e)\n",
+               bad ? "FAIL" : "ok", what, n, g->size, worst, tol);
+}
+
+static void fill_values(float *x, size_t n, int r, int salt) {
+    for (size_t i = 0; i < n; i++) x[i] = value(r, i, salt);
+}
+
+static void check_all_reduce(Group *g, size_t n, int salt) {
+    static const char *names[] = {"all_reduce sum", "all_reduce avg", "all_reduce max"};
+    float *x = xmalloc(n * sizeof(float));
+    for (int op = REDUCE_SUM; op <= REDUCE_MAX; op++) {
+        fill_values(x, n, g->rank, salt + op);
+        all_reduce(x, n, (ReduceOp)op, g);
+        double err = 0;
+        for (size_t i = 0; i < n; i++) {
+            double sum = 0, mag = 0, max = -INFINITY;
+            for (int r = 0; r < g->size; r++) {
+                sum += value(r, i, salt + op);
+                mag += fabs(value(r, i, salt + op));
+                max = fmax(max, value(r, i, salt + op));
+            }
+            if (op == REDUCE_SUM) err = fmax(err, sum_err(x[i], sum, mag));
+            if (op == REDUCE_AVG) err = fmax(err, sum_err(x[i], sum / g->size, mag / g->size));
+            if (op == REDUCE_MAX) err = fmax(err, rel_err(x[i], max));
+        }
+        report(names[op], n, g, err, op == REDUCE_MAX ? 0 : TOL_REDUCE);
+    }
+    free(x);
+}
+
+// two reductions in flight at once, completed in the reverse of the order they started
+static void check_overlap(Group *g, size_t n, int salt) {
+    float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float));
+    fill_values(a, n, g->rank, salt);
+    fill_values(b, n, g->rank, salt + 1);
+    Handle ha = all_reduce_start(a, n, REDUCE_AVG, g);
+    Handle hb = all_reduce_start(b, n, REDUCE_MAX, g);
+    comm_wait(&hb);
+    comm_wait(&ha);
+    comm_wait(&ha);   // waiting on a finished handle is harmless and does not scale twice
+    double err = 0;
+    for (size_t i = 0; i < n; i++) {
+        double sum = 0, mag = 0, max = -INFINITY;
+        for (int r = 0; r < g->size; r++) {
+            sum += value(r, i, salt);
+            mag += fabs(value(r, i, salt));
+            max = fmax(max, value(r, i, salt + 1));
+        }
+        err = fmax(err, sum_err(a[i], sum / g->size, mag / g->size));
+        err = fmax(err, rel_err(b[i], max));
+    }
+    report("2 all_reduce_start, rev wait", n, g, err, TOL_REDUCE);
+    free(a);
+    free(b);
+}
+
+static void check_gather_scatter(Group *g, size_t n, int salt) {
+    size_t N = n * g->size;
+    float *in = xmalloc(N * sizeof(float)), *out = xmalloc(N * sizeof(float));
+    fill_values(in, n, g->rank, salt);
+    all_gather(out, in, n, g);
+    double err = 0;
+    for (int r = 0; r < g->size; r++)   // rank r's block sits at out[r*n]
+        for (size_t i = 0; i < n; i++) err = fmax(err, rel_err(out[r * n + i], value(r, i, salt)));
+    report("all_gather", n, g, err, 0);
+
+    fill_values(in, N, g->rank, salt + 1);
+    reduce_scatter(out, in, n, g);
+    err = 0;
+    for (size_t i = 0; i < n; i++) {   // block g->rank of the sum over ranks
+        double ref = 0, mag = 0;
+        for (int r = 0; r < g->size; r++) {
+            ref += value(r, g->rank * n + i, salt + 1);
+            mag += fabs(value(r, g->rank * n + i, salt + 1));
+        }
+        err = fmax(err, sum_err(out[i], ref, mag));
+    }
+    report("reduce_scatter", n, g, err, TOL_REDUCE);
+    free(in);
+    free(out);
+}
+
+static void check_broadcast(Group *g, size_t n, int salt) {
+    float *x = xmalloc(n * sizeof(float));
+    int roots[2] = {g->size - 1, 1 % g->size};
+    for (int k = 0; k < 2; k++) {
+        fill_values(x, n, g->rank, salt + k);
+        broadcast(x, n, roots[k], g);
+        double err = 0;
+        for (size_t i = 0; i < n; i++) err = fmax(err, rel_err(x[i], value(roots[k], i, salt + k)));
+        char what[64];
+        snprintf(what, sizeof what, "broadcast from root %d", roots[k]);
+        report(what, n, g, err, 0);
+    }
+    free(x);
+}
+
+// A running sum travels once round the ring with send/recv: rank 0 starts it, rank r adds its
+// values, rank 0 gets the total back. Each rank checks the partial sum it receives.
+static void check_send_recv_chain(Group *g, size_t n, int salt) {
+    float *x = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float));
+    int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
+    if (g->rank == 0) {
+        fill_values(x, n, 0, salt);
+        send(x, n, next, g);
+    }
+    recv(x, n, prev, g);
+    // the same float additions, in the same order, as the ranks before this one made
+    int upto = g->rank == 0 ? g->size : g->rank;
+    for (size_t i = 0; i < n; i++) {
+        ref[i] = 0;
+        for (int r = 0; r < upto; r++) ref[i] += value(r, i, salt);
+    }
+    double err = 0;
+    for (size_t i = 0; i < n; i++) err = fmax(err, rel_err(x[i], ref[i]));
+    if (g->rank != 0) {
+        for (size_t i = 0; i < n; i++) x[i] += value(g->rank, i, salt);
+        send(x, n, next, g);
+    }
+    report("send/recv round the ring", n, g, err, 0);
+    free(x);
+    free(ref);
+}
+
+// Both directions of the ring at once (ring attention's K/V and their gradients), the second
+// started before the first is waited on.
+static void check_send_recv_ring(Group *g, size_t n, int salt) {
+    float *mine = xmalloc(n * sizeof(float)), *mine2 = xmalloc(n * sizeof(float));
+    float *from_prev = xmalloc(n * sizeof(float)), *from_next = xmalloc(n * sizeof(float));
+    int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
+    fill_values(mine, n, g->rank, salt);
+    fill_values(mine2, n, g->rank, salt + 1);
+    send_recv(mine, next, from_prev, prev, n, g);
+    double err = 0;
+    for (size_t i = 0; i < n; i++) err = fmax(err, rel_err(from_prev[i], value(prev, i, salt)));
+    report("send_recv to next", n, g, err, 0);
+
+    Handle fwd = send_recv_start(mine, next, from_prev, prev, n, g);
+    Handle bwd = send_recv_start(mine2, prev, from_next, next, n, g);
+    comm_wait(&bwd);
+    comm_wait(&fwd);
+    err = 0;
+    for (size_t i = 0; i < n; i++)
+        err = fmax(err, fmax(rel_err(from_prev[i], value(prev, i, salt)),
+                             rel_err(from_next[i], value(next, i, salt + 1))));
+    report("2 send_recv_start, both ways", n, g, err, 0);
+    free(mine);
+    free(mine2);
+    free(from_prev);
+    free(from_next);
+}
+
+static void check_group(Group *g, int salt) {
+    for (int s = 0; s < NSIZES; s++) {
+        size_t n = SIZES[s];
+        check_all_reduce(g, n, salt);
+        check_overlap(g, n, salt + 3);
+        check_gather_scatter(g, n, salt + 5);
+        check_broadcast(g, n, salt + 7);
+        if (g->size > 1) check_send_recv_chain(g, n, salt + 9);
+        check_send_recv_ring(g, n, salt + 10);
+    }
+    barrier(g);
+}
+
+// a group of one answers every call itself: the handle comes back already complete
+static void check_group_of_one(Group *g) {
+    float x = 3.5f;
+    Handle h = all_reduce_start(&x, 1, REDUCE_AVG, g);
+    int bad = h.count != 0 || x != 3.5f;
+    comm_wait(&h);
+    bad |= x != 3.5f;
+    double err = bad;
+    report("group of one: handle done", 1, g, err, 0);
+    check_group(g, 100);
+}
+
+int main(int argc, char **argv) {
+    mpiCheck(MPI_Init(&argc, &argv));
+    Group world;
+    group_init(&world, MPI_COMM_WORLD);
+
+    if (argc == 3 && strcmp(argv[1], "--fail-rank") == 0) {
+        float x = 1.0f;
+        if (world.rank == atoi(argv[2])) {
+            sleep(1);   // the others are inside all_reduce by now
+            FAIL("this is test_comm --fail-rank: the failure is on purpose",
+                 "rank %d fails while %d ranks wait in all_reduce", world.rank, world.size - 1);
+        }
+        all_reduce(&x, 1, REDUCE_SUM, &world);
+        fprintf(stderr, "[rank %d] all_reduce returned although a rank failed\n", world.rank);
+        return 0;   // the script fails the test when it sees this line or a zero exit code
+    }
+    if (argc == 2 && strcmp(argv[1], "--huge") == 0) {
+        float x = 0;   // never read: the count is refused before MPI sees the pointer
+        all_reduce(&x, (size_t)INT_MAX + 1, REDUCE_SUM, &world);
+        fprintf(stderr, "[rank %d] all_reduce accepted 2^31 floats\n", world.rank);
+        return 0;
+    }
+
+    check_group(&world, 0);
+    MPI_Comm half_comm, one_comm;
+    // even and odd world ranks, each in reverse order, so a group rank is not a world rank
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, world.rank % 2, -world.rank, &half_comm));
+    Group half;
+    group_init(&half, half_comm);
+    check_group(&half, 20);
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, world.rank, 0, &one_comm));
+    Group one;
+    group_init(&one, one_comm);
+    check_group_of_one(&one);
+
+    group_free(&one);
+    group_free(&half);
+    group_free(&world);
+    if (world.rank == 0) printf("%d ranks: %d failed checks\n", world.size, failures);
+    mpiCheck(MPI_Finalize());
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,150 @@
+// picotron.c's training loop: read the config, set up the 4D process groups, build this rank's
+// model shard, open its data, then for each step run the schedule, wait for the gradient
+// buckets, clip, AdamW, log. Run it as: mpirun -np 8 ./train --config tmp/llama-1B/config.json
+#include <mpi.h>
+#include <omp.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "config.h"
+#include "context_parallel.h"
+#include "data.h"
+#include "data_parallel.h"
+#include "model.h"
+#include "optimizer.h"
+#include "pipeline_parallel.h"
+#include "process_group_manager.h"
+#include "utils.h"
+
+static const char *USAGE = "usage: mpirun -np N ./train --config PATH/config.json";
+
+static const char *parse_args(int argc, char **argv) {
+    const char *config = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0) config = argv[i] + 9;
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            if (world_rank() == 0) printf("%s\n", USAGE);
+            MPI_Finalize();
+            exit(0);
+        } else user_error("train: unknown argument '%s' (%s)", argv[i], USAGE);
+    }
+    if (!config) user_error("train: no config given (%s; ./create_config writes one)", USAGE);
+    return config;
+}
+
+// local rank -> device: ranks that share a node (and its GPUs) are found by MPI
+static int local_rank(void) {
+    MPI_Comm node;
+    int rank;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_rank(node, &rank));
+    mpiCheck(MPI_Comm_free(&node));
+    return rank;
+}
+
+// picotron's train_step without a pipeline: accumulate grad_acc micro-batches, each loss scaled
+// by 1/grad_acc; the buckets all-reduce only during the last backward
+static float train_step(Model *model, DataParallel *dp, const Dataset *ds, int step) {
+    int grad_acc = model->cfg.gradient_accumulation_steps;
+    float loss_scale = 1.0f / ((float)model->B * model->T * grad_acc), loss = 0.0f;
+    for (int micro = 0; micro < grad_acc; micro++) {
+        load_micro_batch(model, 0, ds, step, micro);
+        dp->require_backward_grad_sync = micro == grad_acc - 1;
+        loss += model_forward(model, 0, loss_scale) / grad_acc;
+        model_backward(model, 0);
+    }
+    return loss;
+}
+
+// the step's loss over the whole global batch: the mean over the cp*dp replicas
+static float average_loss(Model *model, float loss) {
+    float *buf = model->loss_buffers.loss_sum;
+    host_to_device(buf, &loss, sizeof(float));
+    all_reduce(buf, 1, REDUCE_AVG, &model->pgm->cp_dp);
+    device_to_host(&loss, buf, sizeof(float));
+    return loss;
+}
+
+// picotron's MFU: 6 FLOPs per parameter per token (forward and backward) plus attention's
+// 12*L*H*D*S, against the peak of the device this rank runs on
+static double flops_per_token(const Config *c) {
+    double C = c->hidden_size, D = C / c->num_attention_heads, I = c->intermediate_size;
+    double HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
+    double layer = 2 * C + 2 * C * HD + 2 * C * KVD + 3 * C * I;
+    double params = c->num_hidden_layers * layer + C + (double)c->vocab_size * C *
+                                                           (c->tie_word_embeddings ? 1 : 2);
+    return 6 * params + 12.0 * c->num_hidden_layers * HD * c->seq_length;
+}
+
+// one line per step in picotron's format
+static void log_step(const Model *model, int step, float loss, long tokens_per_step,
+                     long tokens_seen, double seconds, int world_size) {
+    char batch[32], tps[32], tps_device[32], seen[32];
+    double tokens_per_second = tokens_per_step / seconds;
+    double mfu = 100.0 * tokens_per_second / world_size * flops_per_token(&model->cfg) /
+                 device_peak_flops();
+    printf("[rank %d] Step: %-5d | Loss: %6.4f | Global batch size: %7s | Tokens/s: %7s | "
+           "Tokens/s/GPU: %7s | Tokens: %7s | MFU: %5.2f%% | Memory usage: %6.2fGB\n",
+           model->pgm->global_rank, step, loss, readable(batch, tokens_per_step),
+           readable(tps, tokens_per_second), readable(tps_device, tokens_per_second / world_size),
+           readable(seen, tokens_seen), mfu, device_memory_used() / 1e9);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    const char *config_path = parse_args(argc, argv);
+    Config cfg;
+    config_load(&cfg, config_path);
+    int world_size;
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    config_validate(&cfg, world_size);
+    omp_set_num_threads(cfg.omp_num_threads);
+
+    ProcessGroupManager pgm;
+    process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size);
+    backend_init(local_rank());
+    Dataset ds;
+    dataset_open(&ds, cfg.dataset_name);
+    if (ds.vocab_size > cfg.vocab_size)
+        user_error("config error: model.vocab_size = %d but %s holds token %d (raise it)",
+                   cfg.vocab_size, cfg.dataset_name, ds.vocab_size - 1);
+
+    Model model;
+    model_init(&model, &cfg, &pgm, pipeline_num_slots(&cfg, pgm.pp_rank));
+    DataParallel dp;
+    data_parallel_init(&dp, &model, &pgm.cp_dp, cfg.bucket_size_mb);
+    int logger = pgm.pp_is_last && pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0;
+    long tokens_per_step = (long)cfg.micro_batch_size * cfg.seq_length *
+                           cfg.gradient_accumulation_steps * cfg.dp_size;
+    if (logger)
+        printf("[rank %d] %s: %zu parameters on this rank, %s\n", pgm.global_rank, pgm.name,
+               model.num_params, cfg.model_name);
+
+    long tokens_seen = 0;
+    for (int step = 1; step <= cfg.total_train_steps; step++) {
+        if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;
+        double start = now_seconds();
+        device_zero(model.grads, model.num_params * sizeof(float));
+        float loss = cfg.pp_size > 1 ? pipeline_train_step(&model, &dp, &ds, step - 1)
+                                     : train_step(&model, &dp, &ds, step - 1);
+        data_parallel_wait(&dp);
+        pipeline_sync_tied_embeddings(&model);
+        clip_grad_norm(&model);
+        optimizer_step(&model, learning_rate_at(&cfg, step), step);
+        loss = average_loss(&model, loss);
+        device_synchronize();
+        double seconds = now_seconds() - start;
+        tokens_seen += tokens_per_step;
+        if (logger) log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, world_size);
+    }
+    if (logger)
+        printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
+               pgm.global_rank, dp.started_during_backward, dp.num_buckets * cfg.total_train_steps);
+    data_parallel_free(&dp);
+    model_free(&model);
+    dataset_free(&ds);
+    process_group_manager_free(&pgm);
+    MPI_Finalize();
+    return 0;
+}
