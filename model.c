@@ -185,8 +185,8 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, int n
         lb->maxes = device_malloc(N * sizeof(float));
         lb->stats = device_malloc(2 * N * sizeof(float));
         lb->losses = device_malloc(N * sizeof(float));
-        lb->loss_sum = device_malloc(sizeof(float));
     }
+    model->loss_buffers.loss_sum = device_malloc(sizeof(float));  // also the loss all-reduce's
 }
 
 const ParamInfo *model_find_param(const Model *model, const char *name) {

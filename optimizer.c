@@ -15,7 +15,7 @@ float learning_rate_at(const Config *cfg, int step) {
 
 float clip_grad_norm(Model *model) {
     ProcessGroupManager *pgm = model->pgm;
-    float *sum = model->loss_buffers.loss_sum ? model->loss_buffers.loss_sum : model->dresid;
+    float *sum = model->loss_buffers.loss_sum;
     device_zero(sum, sizeof(float));
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];

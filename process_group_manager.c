@@ -35,7 +35,7 @@ static void __attribute__((noreturn)) grid_error(const char *msg) {
         exit(1);
     }
     MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);   // not reached: MPI_Abort does not return
+    exit(1); // not reached: MPI_Abort does not return
 }
 
 void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp, int dp) {
@@ -46,7 +46,8 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
     if (tp < 1 || cp < 1 || pp < 1 || dp < 1) {
         snprintf(msg, sizeof msg,
                  "tp_size=%d cp_size=%d pp_size=%d dp_size=%d must each be >= 1 "
-                 "(set them in the config's \"distributed\" section)", tp, cp, pp, dp);
+                 "(set them in the config's \"distributed\" section)",
+                 tp, cp, pp, dp);
         grid_error(msg);
     }
     if ((long)tp * cp * pp * dp != world_size) {
@@ -56,8 +57,12 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
         grid_error(msg);
     }
 
-    *pgm = (ProcessGroupManager){.global_rank = rank, .world_size = world_size,
-                                 .tp_size = tp, .cp_size = cp, .pp_size = pp, .dp_size = dp};
+    *pgm = (ProcessGroupManager){.global_rank = rank,
+                                 .world_size = world_size,
+                                 .tp_size = tp,
+                                 .cp_size = cp,
+                                 .pp_size = pp,
+                                 .dp_size = dp};
     // invert global_rank = ((dp_rank*pp + pp_rank)*cp + cp_rank)*tp + tp_rank
     pgm->tp_rank = rank % tp;
     pgm->cp_rank = (rank / tp) % cp;
@@ -91,8 +96,7 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
     pgm->pp_next = pgm->pp_is_last ? -1 : p + 1;
     pgm->cp_prev = (c - 1 + cp) % cp;
     pgm->cp_next = (c + 1) % cp;
-    snprintf(pgm->name, sizeof pgm->name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d,
-             rank);
+    snprintf(pgm->name, sizeof pgm->name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d, rank);
 }
 
 void process_group_manager_free(ProcessGroupManager *pgm) {

@@ -19,8 +19,9 @@
 #
 # Nodes and tasks: world size W = dp*tp*pp*cp, one rank per task. A GPU job puts one rank on
 # each GPU: W <= gpus_per_node gives one node with W tasks, otherwise W / gpus_per_node nodes of
-# gpus_per_node tasks (W must be a multiple). A CPU job (--cpu, or distributed.use_cpu true in
-# the config) puts all W ranks on one node, or --cpus_per_node ranks per node when given.
+# gpus_per_node tasks (W must be a multiple). A CPU job (--cpu) puts all W ranks on one node, or
+# --cpus_per_node ranks per node when given. The job kind follows --cpu, not the config's
+# use_cpu (a CPU-built create_config sets it by default): ./train itself checks that it matches.
 set -uo pipefail
 
 STATES="init pending running completed fail oom timeout"
@@ -33,7 +34,7 @@ usage: ./submit_slurm_jobs.sh --inp_dir DIR [options]
   --partition NAME       Slurm partition (#SBATCH --partition)
   --time LIMIT           job time limit, as sbatch reads it (default 01:00:00)
   --gpus_per_node N      GPUs (= ranks) per node for GPU jobs (default 8)
-  --cpu                  CPU-only jobs (also used for configs with distributed.use_cpu true)
+  --cpu                  CPU-only jobs (no GPUs requested)
   --cpus_per_node N      CPU jobs: ranks per node (default: all ranks on one node)
   --max_nodes N          refuse jobs that need more than N nodes
   --nb_slurm_array N     N dependency chains (afterany): at most N jobs run at once
@@ -172,6 +173,8 @@ settle() {
     *)
         if [ -f "$log" ] && grep -q 'DUE TO TIME LIMIT' "$log"; then
             set_status "$d" timeout
+        elif [ -f "$log" ] && grep -qiE 'out of memory|OutOfMemory' "$log"; then
+            set_status "$d" oom
         elif [ "$st" != fail ]; then
             set_status "$d" fail
         fi ;;
@@ -212,7 +215,7 @@ write_job_script() {
     done
     world=$((dp * tp * pp * cp))
     kind=gpu
-    if [ $cpu = 1 ] || [ "$(json_get "$cfg" distributed use_cpu)" = true ]; then kind=cpu; fi
+    [ $cpu = 1 ] && kind=cpu
     if [ $kind = gpu ]; then per_node=$gpus_per_node; else per_node=${cpus_per_node:-$world}; fi
     if [ $world -le "$per_node" ]; then
         per_node=$world
@@ -226,7 +229,8 @@ write_job_script() {
     [ -z "$max_nodes" ] || [ $nodes -le "$max_nodes" ] || die "$cfg: world size $world" \
         "(dp*tp*pp*cp = $dp*$tp*$pp*$cp) needs $nodes nodes of $per_node ranks," \
         "more than --max_nodes $max_nodes"
-    omp=$(json_get "$cfg" environment omp_num_threads)
+    omp=$(json_get "$cfg" environment OMP_NUM_THREADS)
+    [ -n "$omp" ] || omp=$(json_get "$cfg" environment omp_num_threads)
     is_posint "$omp" || omp=1
 
     local launch="srun --mpi=pmi2"

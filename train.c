@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <string.h>
 #include "backend/backend.h"
+#include "checkpoint.h"
 #include "config.h"
 #include "context_parallel.h"
 #include "data.h"
@@ -121,8 +122,11 @@ int main(int argc, char **argv) {
         printf("[rank %d] %s: %zu parameters on this rank, %s\n", pgm.global_rank, pgm.name,
                model.num_params, cfg.model_name);
 
-    long tokens_seen = 0;
-    for (int step = 1; step <= cfg.total_train_steps; step++) {
+    // the data position follows from the step, so a resumed run continues where it stopped
+    int first_step = cfg.load_path[0] ? checkpoint_load(&model, cfg.load_path) + 1 : 1;
+    long tokens_seen = (first_step - 1) * tokens_per_step;
+    FILE *metrics = logger && cfg.metrics_file[0] ? xfopen(cfg.metrics_file, "w") : NULL;
+    for (int step = first_step; step <= cfg.total_train_steps; step++) {
         if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;
         double start = now_seconds();
         device_zero(model.grads, model.num_params * sizeof(float));
@@ -137,10 +141,21 @@ int main(int argc, char **argv) {
         double seconds = now_seconds() - start;
         tokens_seen += tokens_per_step;
         if (logger) log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, world_size);
+        if (logger && metrics) {
+            fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f}\n",
+                    step, loss, tokens_seen, seconds);
+            fflush(metrics);
+        }
+        if (cfg.save_frequency > 0 && step % cfg.save_frequency == 0) {
+            char dir[1024];
+            snprintf(dir, sizeof dir, "%s/%d", cfg.save_dir, step);
+            checkpoint_save(&model, dir, step);
+        }
     }
     if (logger)
         printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
                pgm.global_rank, dp.started_during_backward, dp.num_buckets * cfg.total_train_steps);
+    if (metrics) fclose(metrics);
     data_parallel_free(&dp);
     model_free(&model);
     dataset_free(&ds);

@@ -22,6 +22,7 @@ typedef struct {
     float *avg_buf;          // REDUCE_AVG: scaled by 1/size when the sum arrives
     size_t avg_n;
     int avg_size;
+    void *device_op;         // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
 } Handle;
 
 void group_init(Group *g, MPI_Comm comm);

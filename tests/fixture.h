@@ -7,14 +7,14 @@
 #include "utils.h"
 
 #define FIXTURE_MAX_RECORDS 512
-#define FIXTURE_MAX_DIMS 8
+#define FIXTURE_MAX_DIMS    8
 
 typedef struct {
     char name[128];
     int ndim;
     int64_t dims[FIXTURE_MAX_DIMS];
-    size_t count;      // prod(dims)
-    float *data;       // (count), host
+    size_t count; // prod(dims)
+    float *data;  // (count), host
 } FixtureRecord;
 
 typedef struct {

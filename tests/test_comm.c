@@ -15,8 +15,8 @@
 
 // a float sum of 8 terms, in any order, rounds at most 7 times by 2^-24 of the sum of magnitudes
 #define TOL_REDUCE 1e-6
-#define NSIZES 3
-static const size_t SIZES[NSIZES] = {1, 7, 100003};   // the last one is above the eager limit
+#define NSIZES     3
+static const size_t SIZES[NSIZES] = {1, 7, 100003}; // the last one is above the eager limit
 
 static int failures;
 
@@ -31,7 +31,9 @@ static float value(int r, size_t i, int salt) {
     return ((float)(h >> 40) / (float)(1 << 23) - 1.0f) * (float)(1 + r);
 }
 
-static double rel_err(float got, double ref) { return fabs(got - ref) / fmax(1.0, fabs(ref)); }
+static double rel_err(float got, double ref) {
+    return fabs(got - ref) / fmax(1.0, fabs(ref));
+}
 // a sum's error relative to the sum of the magnitudes of its terms: what float rounding bounds
 static double sum_err(float got, double ref, double magnitude) {
     return fabs(got - ref) / fmax(1e-30, magnitude);
@@ -44,8 +46,8 @@ static void report(const char *what, size_t n, Group *g, double err, double tol)
     int bad = !(worst <= tol);
     failures += bad;
     if (world_rank() == 0)
-        printf("%-5s %-28s n=%-6zu group of %d: max rel err %.1e (tol %.0e)\n",
-               bad ? "FAIL" : "ok", what, n, g->size, worst, tol);
+        printf("%-5s %-28s n=%-6zu group of %d: max rel err %.1e (tol %.0e)\n", bad ? "FAIL" : "ok",
+               what, n, g->size, worst, tol);
 }
 
 static void fill_values(float *x, size_t n, int r, int salt) {
@@ -84,7 +86,7 @@ static void check_overlap(Group *g, size_t n, int salt) {
     Handle hb = all_reduce_start(b, n, REDUCE_MAX, g);
     comm_wait(&hb);
     comm_wait(&ha);
-    comm_wait(&ha);   // waiting on a finished handle is harmless and does not scale twice
+    comm_wait(&ha); // waiting on a finished handle is harmless and does not scale twice
     double err = 0;
     for (size_t i = 0; i < n; i++) {
         double sum = 0, mag = 0, max = -INFINITY;
@@ -107,14 +109,14 @@ static void check_gather_scatter(Group *g, size_t n, int salt) {
     fill_values(in, n, g->rank, salt);
     all_gather(out, in, n, g);
     double err = 0;
-    for (int r = 0; r < g->size; r++)   // rank r's block sits at out[r*n]
+    for (int r = 0; r < g->size; r++) // rank r's block sits at out[r*n]
         for (size_t i = 0; i < n; i++) err = fmax(err, rel_err(out[r * n + i], value(r, i, salt)));
     report("all_gather", n, g, err, 0);
 
     fill_values(in, N, g->rank, salt + 1);
     reduce_scatter(out, in, n, g);
     err = 0;
-    for (size_t i = 0; i < n; i++) {   // block g->rank of the sum over ranks
+    for (size_t i = 0; i < n; i++) { // block g->rank of the sum over ranks
         double ref = 0, mag = 0;
         for (int r = 0; r < g->size; r++) {
             ref += value(r, g->rank * n + i, salt + 1);
@@ -230,16 +232,16 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--fail-rank") == 0) {
         float x = 1.0f;
         if (world.rank == atoi(argv[2])) {
-            sleep(1);   // the others are inside all_reduce by now
+            sleep(1); // the others are inside all_reduce by now
             FAIL("this is test_comm --fail-rank: the failure is on purpose",
                  "rank %d fails while %d ranks wait in all_reduce", world.rank, world.size - 1);
         }
         all_reduce(&x, 1, REDUCE_SUM, &world);
         fprintf(stderr, "[rank %d] all_reduce returned although a rank failed\n", world.rank);
-        return 0;   // the script fails the test when it sees this line or a zero exit code
+        return 0; // the script fails the test when it sees this line or a zero exit code
     }
     if (argc == 2 && strcmp(argv[1], "--huge") == 0) {
-        float x = 0;   // never read: the count is refused before MPI sees the pointer
+        float x = 0; // never read: the count is refused before MPI sees the pointer
         all_reduce(&x, (size_t)INT_MAX + 1, REDUCE_SUM, &world);
         fprintf(stderr, "[rank %d] all_reduce accepted 2^31 floats\n", world.rank);
         return 0;

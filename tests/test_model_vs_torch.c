@@ -16,10 +16,10 @@
 // 7e-7 on the logits and 1.2e-6 on the gradients (relative to the tensor's max |value|), so these
 // leave room for another summation order while a wrong formula (a missing norm weight, a rope
 // sign, a skipped bias correction) is off by 1e-3 or more.
-#define LOSS_TOL 1e-5     // relative, on the loss and on each of the 5 AdamW losses
-#define LOGITS_TOL 1e-5   // max |diff| / max |reference logit|
-#define GRAD_TOL 1e-4     // per tensor: max |diff| / max |reference gradient|
-#define WEIGHT_TOL 1e-4   // per tensor, final weights: max |diff| / max |reference weight|
+#define LOSS_TOL   1e-5 // relative, on the loss and on each of the 5 AdamW losses
+#define LOGITS_TOL 1e-5 // max |diff| / max |reference logit|
+#define GRAD_TOL   1e-4 // per tensor: max |diff| / max |reference gradient|
+#define WEIGHT_TOL 1e-4 // per tensor, final weights: max |diff| / max |reference weight|
 // AdamW's first step moves an element by lr * sign(grad): where the reference gradient is within
 // noise of zero (|g| <= SIGN_NOISE * max |g| of its tensor) the two runs may step opposite ways.
 // Such elements (an fp32 and an fp64 torch run disagree on one of 22688) are held only to the
@@ -55,8 +55,8 @@ static void worst_add(Worst w[3], const char *name, double err) {
 
 static void worst_print(const char *what, const Worst w[3]) {
     printf("  %s worst:", what);
-    for (int i = 0; i < 3 && w[i].name[0]; i++) printf(" %s %.2e%s", w[i].name, w[i].err,
-                                                        i < 2 && w[i + 1].name[0] ? "," : "");
+    for (int i = 0; i < 3 && w[i].name[0]; i++)
+        printf(" %s %.2e%s", w[i].name, w[i].err, i < 2 && w[i + 1].name[0] ? "," : "");
     printf("\n");
 }
 
@@ -74,8 +74,9 @@ static void load_weights(Model *model, const Fixture *fx) {
         const FixtureRecord *r = &fx->rec[i];
         if (strncmp(r->name, "weight.", 7) != 0) continue;
         const ParamInfo *p = model_find_param(model, r->name + 7);
-        if (!p) FAIL("model.c's parameter table must use Hugging Face names",
-                     "the model has no parameter %s", r->name + 7);
+        if (!p)
+            FAIL("model.c's parameter table must use Hugging Face names",
+                 "the model has no parameter %s", r->name + 7);
         size_t n = (size_t)p->global_rows * p->global_cols;
         if (n != r->count || p->rows != p->global_rows || p->cols != p->global_cols)
             FAIL("", "%s: model holds %dx%d of %dx%d, fixture %zu values", p->name, p->rows,
@@ -87,8 +88,8 @@ static void load_weights(Model *model, const Fixture *fx) {
         char key[160];
         snprintf(key, sizeof key, "weight.%s", model->table[t].name);
         if (!fixture_find_opt(fx, key))
-            FAIL("a tied lm_head must not be a parameter of its own", "model parameter %s is "
-                 "not in the fixture", model->table[t].name);
+            FAIL("a tied lm_head must not be a parameter of its own",
+                 "model parameter %s is not in the fixture", model->table[t].name);
     }
     if (covered != model->num_params)
         FAIL("", "fixture covers %zu of the model's %zu parameters", covered, model->num_params);
@@ -99,7 +100,7 @@ static int compare_tensors(const Model *model, const Fixture *fx, const float *f
                            const char *prefix, double tol, float lr, int steps) {
     Worst worst[3] = {{"", -1}, {"", -1}, {"", -1}};
     int ok = 1, loose = 0;
-    double max_err = 0;
+    double max_err = 0, loose_max = 0;
     for (int t = 0; t < model->num_tensors; t++) {
         const ParamInfo *p = &model->table[t];
         char key[160], gkey[160];
@@ -122,6 +123,7 @@ static int compare_tensors(const Model *model, const Fixture *fx, const float *f
                 double d = fabs((double)got[i] - want->data[i]);
                 if (fabs(g0->data[i]) <= SIGN_NOISE * gmax && g0->data[i] != 0) {
                     loose += d > tol * wmax;
+                    loose_max = fmax(loose_max, d);
                     if (d > 2.0 * lr * steps + tol * wmax) ok = 0;
                 } else {
                     diff = fmax(diff, d);
@@ -137,7 +139,10 @@ static int compare_tensors(const Model *model, const Fixture *fx, const float *f
              model->num_tensors);
     ok &= check(what, max_err, tol);
     worst_print(steps ? "weights" : "gradients", worst);
-    if (steps) printf("  near-zero-gradient elements beyond tol (within 2*lr*steps): %d\n", loose);
+    if (steps)
+        printf("  elements with a near-zero first gradient: %d beyond tol, max |diff| %.2e "
+               "(bound 2*lr*steps = %.0e)\n",
+               loose, loose_max, 2.0 * lr * steps);
     return ok;
 }
 
@@ -165,9 +170,9 @@ static int run_fixture(const char *path, ProcessGroupManager *pgm) {
     cfg.weight_decay = lr_wd[1];
     int B = cfg.micro_batch_size, T = cfg.seq_length, C = cfg.hidden_size, V = cfg.vocab_size;
     int N = B * T;
-    printf("%s: C=%d I=%d L=%d H=%d KV=%d V=%d tied=%d B=%d T=%d\n", path, C,
-           cfg.intermediate_size, cfg.num_hidden_layers, cfg.num_attention_heads,
-           cfg.num_key_value_heads, V, cfg.tie_word_embeddings, B, T);
+    printf("%s: C=%d I=%d L=%d H=%d KV=%d V=%d tied=%d B=%d T=%d\n", path, C, cfg.intermediate_size,
+           cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, V,
+           cfg.tie_word_embeddings, B, T);
 
     Model model;
     model_init(&model, &cfg, pgm, 1);
@@ -188,7 +193,7 @@ static int run_fixture(const char *path, ProcessGroupManager *pgm) {
     float loss = model_forward(&model, 0, 1.0f / N);
     float *logits_dev = device_malloc((size_t)N * V * sizeof(float));
     float *logits = xmalloc((size_t)N * V * sizeof(float));
-    matmul_forward(logits_dev, model.slots[0].lnf, model.lm_head, N, C, V);   // (N, V)
+    matmul_forward(logits_dev, model.slots[0].lnf, model.lm_head, N, C, V); // (N, V)
     device_to_host(logits, logits_dev, (size_t)N * V * sizeof(float));
     model_backward(&model, 0);
     float *host = xmalloc(bytes);

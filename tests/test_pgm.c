@@ -13,7 +13,9 @@
 static int failures, checks;
 static int tp, cp, pp, dp;
 
-static int grid(int d, int p, int c, int t) { return ((d * pp + p) * cp + c) * tp + t; }
+static int grid(int d, int p, int c, int t) {
+    return ((d * pp + p) * cp + c) * tp + t;
+}
 
 static void expect(int ok, const ProcessGroupManager *m, const char *what) {
     checks++;
@@ -30,7 +32,7 @@ static void check_members(Group *g, const int *want, int size, const ProcessGrou
     snprintf(msg, sizeof msg, "%s group size (%d, want %d)", what, g->size, size);
     expect(g->size == size, m, msg);
     if (g->size != size) return;
-    float me = (float)m->global_rank, got[64];   // global ranks < 2^24 travel exactly as floats
+    float me = (float)m->global_rank, got[64]; // global ranks < 2^24 travel exactly as floats
     all_gather(got, &me, 1, g);
     for (int j = 0; j < size; j++) {
         snprintf(msg, sizeof msg, "%s member %d (global rank %d, want %d)", what, j, (int)got[j],

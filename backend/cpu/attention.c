@@ -2,21 +2,48 @@
 // al.): the softmax of each block is folded into the running (out, lse) with the log-sum-exp
 // update, so ring attention (Liu et al.) can visit the key/value blocks one by one and plain
 // attention is the ring of one. The backward recomputes probabilities from the final lse.
+// Work goes in tiles of TILE query rows of one head: the scores of a tile, (TILE, Tk), stay in
+// cache, and the two products of a tile are GEMMs that BLIS runs near the CPU's peak.
 #include "backend/backend.h"
 #include "utils.h"
+#include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
-static inline float dot(const float *a, const float *b, int D) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int d = 0; d < D; d++) s += a[d] * b[d];
-    return s;
+#define TILE 64
+
+// exp(x) to ~1 ulp, written so that gcc vectorises the softmax loops (libm's expf is a call per
+// element there, which costs as much as both GEMMs). Cephes' expf: x = n ln2 + r, |r| <= ln2/2,
+// exp(r) by a minimax polynomial, 2^n put into the exponent bits. exp(-inf) = exactly 0, as the
+// causal mask needs; a NaN stays a NaN. Inputs above 88 (never: softmax arguments are <= ~0)
+// would saturate.
+static inline float exp_approx(float x) {
+    union { float f; uint32_t u; } t, scale;
+    float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    // n = round(x / ln2) by the 1.5 * 2^23 trick: the low mantissa bits of t hold n + 127
+    t.f = xc * 1.44269504f + (12582912.0f + 127.0f);
+    float n = t.f - (12582912.0f + 127.0f);
+    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;   // ln2 in two parts (Cody-Waite)
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    scale.u = (t.u & 0xff) << 23;   // 2^n as a float: exponent field n + 127
+    return x < -87.0f ? 0.0f : p * scale.f;
 }
 
-static inline void axpy(float *y, float a, const float *x, int D) {
-#pragma omp simd
-    for (int d = 0; d < D; d++) y[d] += a * x[d];
+// The keys [*j0, *j1) hold every key that some query of the tile sees: with ordered positions
+// the future of the tile is skipped, which halves the work of a causal block.
+static void visible_keys(int *j0, int *j1, const int *q_pos, int rows, const int *k_pos, int Tk) {
+    int last = q_pos[0];
+    for (int r = 1; r < rows; r++) last = q_pos[r] > last ? q_pos[r] : last;
+    *j0 = 0, *j1 = Tk;
+    while (*j0 < Tk && k_pos[*j0] > last) (*j0)++;
+    while (*j1 > *j0 && k_pos[*j1 - 1] > last) (*j1)--;
 }
 
 // q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos (Tq), k_pos (Tk)  out: (B, Tq, H, D)
@@ -25,54 +52,66 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                              const float *v, const int *q_pos, const int *k_pos, int B, int Tq,
                              int Tk, int H, int KV, int D) {
     float scale = 1.0f / sqrtf((float)D);
-    int group = H / KV;   // query heads per kv head
+    int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
 #pragma omp parallel
     {
-        float *scores = xmalloc(((size_t)Tk + 1) * sizeof(float));   // (Tk)
-        float *acc = xmalloc((size_t)D * sizeof(float));              // (D)
-        // rows get dearer further down a causal block: hand them out in small chunks
-#pragma omp for collapse(3) schedule(dynamic, 8)
+        float *p = xmalloc((size_t)TILE * Tk * sizeof(float));   // (TILE, Tk) scores, then probs
+        float *o = xmalloc((size_t)TILE * D * sizeof(float));    // (TILE, D) this block's output
+        float tile_lse[TILE], tile_sum[TILE];
+        // tiles further down a causal block see more keys: hand them out one at a time
+#pragma omp for collapse(3) schedule(dynamic, 1)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
-                for (int i = 0; i < Tq; i++) {
-                    const float *qi = q + (((size_t)b * Tq + i) * H + h) * D;
-                    const float *kb = k + ((size_t)b * Tk * KV + h / group) * D;
-                    const float *vb = v + ((size_t)b * Tk * KV + h / group) * D;
-                    // scores of the keys this query sees, and their max
-                    float m = -INFINITY;
-                    for (int j = 0; j < Tk; j++) {
-                        if (k_pos[j] > q_pos[i]) {
-                            scores[j] = -INFINITY;
-                            continue;
+                for (int tile = 0; tile < tiles; tile++) {
+                    int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
+                    visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
+                    if (j0 == j1) continue;   // the whole block is in this tile's future
+                    int nk = j1 - j0;
+                    const float *qt = q + (((size_t)b * Tq + i0) * H + h) * D;
+                    const float *kt = k + (((size_t)b * Tk + j0) * KV + h / group) * D;
+                    const float *vt = v + (((size_t)b * Tk + j0) * KV + h / group) * D;
+                    // p (rows, nk) = scale * q_tile @ k^T
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, D, scale, qt,
+                                H * D, kt, KV * D, 0.0f, p, nk);
+                    // p = exp(p - rowmax) on the keys each query sees, 0 elsewhere
+                    for (int r = 0; r < rows; r++) {
+                        float *pr = p + (size_t)r * nk, m = -INFINITY, sum = 0.0f;
+                        int qp = q_pos[i0 + r];
+#pragma omp simd reduction(max : m)
+                        for (int j = 0; j < nk; j++) {
+                            pr[j] = k_pos[j0 + j] > qp ? -INFINITY : pr[j];
+                            m = pr[j] > m ? pr[j] : m;
                         }
-                        scores[j] = scale * dot(qi, kb + (size_t)j * KV * D, D);
-                        if (scores[j] > m) m = scores[j];
+                        if (m == -INFINITY) m = 0.0f;   // no key for this row: all p are 0
+#pragma omp simd reduction(+ : sum)
+                        for (int j = 0; j < nk; j++) {
+                            pr[j] = exp_approx(pr[j] - m);
+                            sum += pr[j];
+                        }
+                        tile_sum[r] = sum;
+                        tile_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
                     }
-                    if (m == -INFINITY) continue;   // every key of this block is in the future
-                    // this block's unnormalised softmax times v
-                    float sum = 0.0f;
-                    for (int d = 0; d < D; d++) acc[d] = 0.0f;
-                    for (int j = 0; j < Tk; j++) {
-                        if (scores[j] == -INFINITY) continue;
-                        float p = expf(scores[j] - m);
-                        sum += p;
-                        axpy(acc, p, vb + (size_t)j * KV * D, D);
+                    // o (rows, D) = p @ v, not yet divided by the row sums
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f, p,
+                                nk, vt, KV * D, 0.0f, o, D);
+                    // merge: lse = log(exp(lse) + exp(lse_tile)), out = weighted mean of both
+                    for (int r = 0; r < rows; r++) {
+                        if (tile_lse[r] == -INFINITY) continue;   // leaves (out, lse) as they are
+                        float *lse_i = lse + ((size_t)b * H + h) * Tq + i0 + r;
+                        float top = fmaxf(*lse_i, tile_lse[r]);
+                        float lse_new = top + logf(expf(*lse_i - top) + expf(tile_lse[r] - top));
+                        float w_old = expf(*lse_i - lse_new);   // 0 while lse = -inf
+                        float w_new = expf(tile_lse[r] - lse_new) / tile_sum[r];
+                        float *oi = out + (((size_t)b * Tq + i0 + r) * H + h) * D;
+                        const float *or = o + (size_t)r * D;
+                        for (int d = 0; d < D; d++) oi[d] = oi[d] * w_old + or[d] * w_new;
+                        *lse_i = lse_new;
                     }
-                    // merge: lse = log(exp(lse) + exp(lse_block)), out = weighted mean of both
-                    float *lse_i = lse + ((size_t)b * H + h) * Tq + i;
-                    float lse_block = m + logf(sum);
-                    float top = fmaxf(*lse_i, lse_block);
-                    float lse_new = top + logf(expf(*lse_i - top) + expf(lse_block - top));
-                    float w_old = expf(*lse_i - lse_new);            // 0 when lse = -inf
-                    float w_block = expf(lse_block - lse_new) / sum;
-                    float *oi = out + (((size_t)b * Tq + i) * H + h) * D;
-                    for (int d = 0; d < D; d++) oi[d] = oi[d] * w_old + acc[d] * w_block;
-                    *lse_i = lse_new;
                 }
             }
         }
-        free(scores);
-        free(acc);
+        free(p);
+        free(o);
     }
 }
 
@@ -84,7 +123,9 @@ void attention_backward_delta(float *delta, const float *dout, const float *out,
         for (int t = 0; t < T; t++) {
             for (int h = 0; h < H; h++) {
                 size_t row = (((size_t)b * T + t) * H + h) * D;
-                delta[((size_t)b * H + h) * T + t] = dot(dout + row, out + row, D);
+                float s = 0.0f;
+                for (int d = 0; d < D; d++) s += dout[row + d] * out[row + d];
+                delta[((size_t)b * H + h) * T + t] = s;
             }
         }
     }
@@ -97,35 +138,58 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               const float *delta, const int *q_pos, const int *k_pos, int B,
                               int Tq, int Tk, int H, int KV, int D) {
     float scale = 1.0f / sqrtf((float)D);
-    int group = H / KV;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++) {
-        for (int g = 0; g < KV; g++) {
-            const float *kb = k + ((size_t)b * Tk * KV + g) * D;
-            const float *vb = v + ((size_t)b * Tk * KV + g) * D;
-            float *dkb = dk + ((size_t)b * Tk * KV + g) * D;
-            float *dvb = dv + ((size_t)b * Tk * KV + g) * D;
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                for (int i = 0; i < Tq; i++) {
-                    float lse_i = lse[((size_t)b * H + h) * Tq + i];
-                    if (lse_i == -INFINITY) continue;   // this row saw no key at all
-                    float delta_i = delta[((size_t)b * H + h) * Tq + i];
-                    size_t row = (((size_t)b * Tq + i) * H + h) * D;
-                    const float *qi = q + row, *doi = dout + row;
-                    float *dqi = dq + row;
-                    for (int j = 0; j < Tk; j++) {
-                        if (k_pos[j] > q_pos[i]) continue;
-                        const float *kj = kb + (size_t)j * KV * D, *vj = vb + (size_t)j * KV * D;
-                        // forward: p = exp(scale * q.k - lse), out = sum_j p_j v_j
-                        float p = expf(scale * dot(qi, kj, D) - lse_i);
-                        axpy(dvb + (size_t)j * KV * D, p, doi, D);    // dv += p * dout
-                        float dp = dot(doi, vj, D);                   // dp = dout . v
-                        float ds = p * (dp - delta_i) * scale;        // softmax backward
-                        axpy(dqi, ds, kj, D);                         // dq += ds * k * scale
-                        axpy(dkb + (size_t)j * KV * D, ds, qi, D);    // dk += ds * q * scale
+    int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
+#pragma omp parallel
+    {
+        float *p = xmalloc((size_t)TILE * Tk * sizeof(float));    // (TILE, Tk) probabilities
+        float *ds = xmalloc((size_t)TILE * Tk * sizeof(float));   // (TILE, Tk) score gradients
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++) {
+            for (int g = 0; g < KV; g++) {
+                for (int h = g * group; h < (g + 1) * group; h++) {
+                    for (int tile = 0; tile < tiles; tile++) {
+                        int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
+                        visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
+                        if (j0 == j1) continue;
+                        int nk = j1 - j0;
+                        size_t qrow = (((size_t)b * Tq + i0) * H + h) * D;
+                        size_t krow = (((size_t)b * Tk + j0) * KV + g) * D;
+                        const float *lse_t = lse + ((size_t)b * H + h) * Tq + i0;
+                        const float *delta_t = delta + ((size_t)b * H + h) * Tq + i0;
+                        // forward: p = exp(scale * q @ k^T - lse) on the keys a query sees
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, D, scale,
+                                    q + qrow, H * D, k + krow, KV * D, 0.0f, p, nk);
+                        for (int r = 0; r < rows; r++) {
+                            float *pr = p + (size_t)r * nk;
+                            // a row that saw no key at all (lse = -inf) has no gradient
+                            int qp = lse_t[r] > -INFINITY ? q_pos[i0 + r] : INT_MIN;
+#pragma omp simd
+                            for (int j = 0; j < nk; j++)
+                                pr[j] = k_pos[j0 + j] > qp ? 0.0f : exp_approx(pr[j] - lse_t[r]);
+                        }
+                        // forward: out = p @ v  =>  dv (nk, D) += p^T @ dout, dp = dout @ v^T
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, rows, 1.0f, p,
+                                    nk, dout + qrow, H * D, 1.0f, dv + krow, KV * D);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, D, 1.0f,
+                                    dout + qrow, H * D, v + krow, KV * D, 0.0f, ds, nk);
+                        // softmax backward: ds = p * (dp - delta), times scale for q @ k^T
+                        for (int r = 0; r < rows; r++) {
+                            float *dsr = ds + (size_t)r * nk;
+                            const float *pr = p + (size_t)r * nk;
+#pragma omp simd
+                            for (int j = 0; j < nk; j++)
+                                dsr[j] = pr[j] * (dsr[j] - delta_t[r]) * scale;
+                        }
+                        // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f,
+                                    ds, nk, k + krow, KV * D, 1.0f, dq + qrow, H * D);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, rows, 1.0f,
+                                    ds, nk, q + qrow, H * D, 1.0f, dk + krow, KV * D);
                     }
                 }
             }
         }
+        free(p);
+        free(ds);
     }
 }

@@ -1,8 +1,8 @@
 // Collectives of the CPU build on MPI (backend/comm.h): buffers are host memory here.
 // Every call is non-blocking underneath (MPI_I*) and ends in comm_wait(), which tests and yields.
 // Why: MPICH busy-polls inside its blocking calls, so with 8 ranks on 2 cores a rank that waits
-// steals the core from the rank it waits for, and a 1-float all-reduce takes 25 ms instead of
-// 0.2 ms (bench/bench_wait.c measures it). MPI_Testall + sched_yield hands the core over.
+// steals the core from the rank it waits for, and a 1-float all-reduce gets 5-100x slower
+// (bench/bench_wait.c measures it). MPI_Testall + sched_yield hands the core over instead.
 // A group of one rank does no MPI at all: the call is a copy (or nothing) and the handle is done.
 #include "backend/comm.h"
 #include "utils.h"
@@ -47,11 +47,11 @@ static Handle handle_done(void) {
 void comm_wait(Handle *h) {
     for (;;) {
         int done = 0;
-        MPI_Status status[2];   // not MPI_STATUSES_IGNORE: gcc mistakes it for a 0-byte array
+        MPI_Status status[2]; // not MPI_STATUSES_IGNORE: gcc mistakes it for a 0-byte array
         if (h->count == 0) break;
         mpiCheck(MPI_Testall(h->count, h->req, &done, status));
         if (done) break;
-        sched_yield();   // let the rank we are waiting for run on this core
+        sched_yield(); // let the rank we are waiting for run on this core
     }
     h->count = 0;
     if (h->avg_buf) {
@@ -64,7 +64,7 @@ void comm_wait(Handle *h) {
 
 Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
     Handle h = handle_done();
-    if (g->size == 1 || n == 0) return h;   // the sum, mean and max of one copy is that copy
+    if (g->size == 1 || n == 0) return h; // the sum, mean and max of one copy is that copy
     int count = mpi_count(n, "all_reduce");
     MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
     mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
@@ -149,8 +149,7 @@ void recv(float *buf, size_t n, int src, Group *g) {
 
 // The receive is posted before the send so that a ring of ranks that all send at once never
 // waits on itself. In a group of one (a context ring of one) the block comes straight back.
-Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n,
-                       Group *g) {
+Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g) {
     Handle h = handle_done();
     if (g->size == 1 && dst == 0 && src == 0) {
         if (recvbuf != sendbuf) memcpy(recvbuf, sendbuf, n * sizeof(float));

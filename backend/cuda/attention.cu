@@ -48,6 +48,7 @@ __global__ static void attention_forward_kernel(float *out, float *lse, const fl
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *qrow = vtile + KT * (D + 1) + warp * D;        // (D) this warp's query
     float *acc = vtile + KT * (D + 1) + WARPS * D + warp * D;   // (D) unnormalised output
+    float *ptile = vtile + KT * (D + 1) + 2 * WARPS * D + warp * KT;   // (KT) probabilities
     int b = blockIdx.z, h = blockIdx.y, kvh = h / (H / KV);
     int i = blockIdx.x * WARPS + warp;
     bool valid = i < Tq;
@@ -75,11 +76,14 @@ __global__ static void attention_forward_kernel(float *out, float *lse, const fl
         float p = s == -INFINITY ? 0.0f : expf(s - m_new);
         float alpha = expf(m - m_new);      // 0 while m = -inf
         l = l * alpha + warp_sum(p);
+        ptile[lane] = p;
+        __syncwarp();
         for (int d = lane; d < D; d += 32) {
             float a = acc[d] * alpha;
-            for (int jj = 0; jj < KT; jj++) a += __shfl_sync(0xffffffffu, p, jj) * vtile[jj * (D + 1) + d];
+            for (int jj = 0; jj < KT; jj++) a += ptile[jj] * vtile[jj * (D + 1) + d];
             acc[d] = a;
         }
+        __syncwarp();   // ptile is rewritten by the next tile
         m = m_new;
     }
     if (!valid || m == -INFINITY) return;   // every key of this block is in the future
@@ -122,6 +126,7 @@ __global__ static void attention_backward_dq_kernel(float *dq, const float *dout
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *rows = vtile + KT * (D + 1) + warp * 3 * D;
     float *qrow = rows, *dorow = rows + D, *acc = rows + 2 * D;   // (D) each
+    float *dstile = vtile + KT * (D + 1) + 3 * WARPS * D + warp * KT;   // (KT) ds of the tile
     int b = blockIdx.z, h = blockIdx.y, kvh = h / (H / KV);
     int i = blockIdx.x * WARPS + warp;
     size_t row = (((size_t)b * Tq + (i < Tq ? i : 0)) * H + h) * D;
@@ -152,11 +157,14 @@ __global__ static void attention_backward_dq_kernel(float *dq, const float *dout
             ds = p * (dp - delta_i) * scale;                              // softmax backward
         }
         if (__all_sync(0xffffffffu, ds == 0.0f)) continue;
+        dstile[lane] = ds;
+        __syncwarp();
         for (int d = lane; d < D; d += 32) {   // dq += ds * k * scale
             float a = acc[d];
-            for (int jj = 0; jj < KT; jj++) a += __shfl_sync(0xffffffffu, ds, jj) * ktile[jj * (D + 1) + d];
+            for (int jj = 0; jj < KT; jj++) a += dstile[jj] * ktile[jj * (D + 1) + d];
             acc[d] = a;
         }
+        __syncwarp();
     }
     if (!valid) return;
     for (int d = lane; d < D; d += 32) dq[row + d] += acc[d];
@@ -178,6 +186,8 @@ __global__ static void attention_backward_dkv_kernel(float *dk, float *dv, const
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *rows = delta_tile + KT + warp * 4 * D;
     float *krow = rows, *vrow = rows + D, *dk_acc = rows + 2 * D, *dv_acc = rows + 3 * D;
+    float *ptile = delta_tile + KT + 4 * WARPS * D + warp * 2 * KT;   // (KT) p of the tile
+    float *dstile = ptile + KT;                                     // (KT) ds of the tile
     int b = blockIdx.z, g = blockIdx.y, group = H / KV;
     int j = blockIdx.x * WARPS + warp;
     bool valid = j < Tk;
@@ -213,15 +223,19 @@ __global__ static void attention_backward_dkv_kernel(float *dk, float *dv, const
                 ds = p * (dp - delta_tile[lane]) * scale;
             }
             if (__all_sync(0xffffffffu, p == 0.0f)) continue;
+            ptile[lane] = p;
+            dstile[lane] = ds;
+            __syncwarp();
             for (int d = lane; d < D; d += 32) {
                 float a_k = dk_acc[d], a_v = dv_acc[d];
                 for (int ii = 0; ii < KT; ii++) {
-                    a_v += __shfl_sync(0xffffffffu, p, ii) * dotile[ii * (D + 1) + d];    // dv += p * dout
-                    a_k += __shfl_sync(0xffffffffu, ds, ii) * qtile[ii * (D + 1) + d];    // dk += ds * q
+                    a_v += ptile[ii] * dotile[ii * (D + 1) + d];    // dv += p * dout
+                    a_k += dstile[ii] * qtile[ii * (D + 1) + d];    // dk += ds * q * scale
                 }
                 dk_acc[d] = a_k;
                 dv_acc[d] = a_v;
             }
+            __syncwarp();
         }
     }
     if (!valid) return;
@@ -238,7 +252,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                              int Tk, int H, int KV, int D) {
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
     float scale = 1.0f / sqrtf((float)D);
-    size_t smem = (2 * KT * (D + 1) + 2 * WARPS * D) * sizeof(float);
+    size_t smem = (2 * KT * (D + 1) + 2 * WARPS * D + WARPS * KT) * sizeof(float);
     allow_smem(attention_forward_kernel, smem);
     dim3 grid((Tq + WARPS - 1) / WARPS, H, B);
     attention_forward_kernel<<<grid, WARPS * 32, smem>>>(out, lse, q, k, v, q_pos, k_pos, Tq, Tk,
@@ -261,13 +275,13 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               int Tq, int Tk, int H, int KV, int D) {
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
     float scale = 1.0f / sqrtf((float)D);
-    size_t smem_dq = (2 * KT * (D + 1) + 3 * WARPS * D) * sizeof(float);
+    size_t smem_dq = (2 * KT * (D + 1) + 3 * WARPS * D + WARPS * KT) * sizeof(float);
     allow_smem(attention_backward_dq_kernel, smem_dq);
     dim3 grid_dq((Tq + WARPS - 1) / WARPS, H, B);
     attention_backward_dq_kernel<<<grid_dq, WARPS * 32, smem_dq>>>(
         dq, dout, q, k, v, lse, delta, q_pos, k_pos, Tq, Tk, H, KV, D, scale);
     cudaCheckLaunch();
-    size_t smem_dkv = (2 * KT * (D + 1) + 2 * KT + 4 * WARPS * D) * sizeof(float);
+    size_t smem_dkv = (2 * KT * (D + 1) + 2 * KT + 4 * WARPS * D + 2 * WARPS * KT) * sizeof(float);
     allow_smem(attention_backward_dkv_kernel, smem_dkv);
     dim3 grid_dkv((Tk + WARPS - 1) / WARPS, KV, B);
     attention_backward_dkv_kernel<<<grid_dkv, WARPS * 32, smem_dkv>>>(

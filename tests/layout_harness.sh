@@ -1,0 +1,73 @@
+# The layout-equivalence harness, sourced by the t_5x tests: trains the same small model on the
+# same data from the same seed with a given layout, then compares its loss at every step and its
+# final weights (reassembled by tensor name and global index) with the single-rank run.
+# Claim: parallelism changes speed, never the numbers. fp32 sums run in a different order, so the
+# tolerance is relative: LOSS_TOL on each step's loss, WEIGHT_TOL on max|a-b|/max|a| per tensor.
+LOSS_TOL=${LOSS_TOL:-1e-5}
+WEIGHT_TOL=${WEIGHT_TOL:-1e-5}
+STEPS=${STEPS:-10}
+BUILD_DIR=${PICOTRON_BUILD:-build}
+HARNESS_DIR=$(mktemp -d /tmp/picotron-layouts.XXXXXX)
+trap 'rm -rf "$HARNESS_DIR"' EXIT
+harness_failures=0
+
+# run_layout NAME key=value...   keys: tp cp pp dp ga engine tied layers zigzag async mbs seq
+run_layout() {
+    local name=$1; shift
+    local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
+    local mbs=2 seq=32 kv
+    for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
+    local dir=$HARNESS_DIR/$name
+    mkdir -p "$dir"
+    cat >"$dir/config.json" <<JSON
+{"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
+                 "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
+                 "bucket_size_mb": 1},
+ "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
+           "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
+           "vocab_size": 256, "tie_word_embeddings": $tied},
+ "training": {"seed": 7, "learning_rate": 1e-3, "total_train_steps": $STEPS,
+              "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga},
+ "dataset": {"name": "data/pride_and_prejudice.txt"},
+ "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $STEPS},
+ "logging": {"metrics_file": "$dir/metrics.jsonl"}}
+JSON
+    local np=$((tp * cp * pp * dp))
+    if ! timeout 300 mpirun -np $np ./train --config "$dir/config.json" >"$dir/log" 2>&1; then
+        echo "FAIL $name: train exited non-zero"; tail -n 5 "$dir/log"
+        harness_failures=$((harness_failures + 1)); return 1
+    fi
+    # the JSONL metrics carry the loss to 9 digits; the log line rounds it to 4 decimals
+    sed 's/.*"step": *\([0-9]*\).*"loss": *\([-0-9.e+]*\).*/\1 \2/' "$dir/metrics.jsonl" >"$dir/losses"
+}
+
+# compare_layout BASE NAME: losses step by step, then the final weights
+compare_layout() {
+    local base=$HARNESS_DIR/$1 run=$HARNESS_DIR/$2 loss_report weights_report
+    if [ ! -s "$run/losses" ] || [ "$(wc -l <"$run/losses")" != "$STEPS" ]; then
+        echo "FAIL $2: expected $STEPS loss lines"; harness_failures=$((harness_failures + 1))
+        return 1
+    fi
+    local loss_ok
+    loss_report=$(paste "$base/losses" "$run/losses" | awk -v tol="$LOSS_TOL" '
+        { d = $2 - $4; if (d < 0) d = -d; r = d / ($2 > 0 ? $2 : 1); if (r > m) m = r }
+        END { printf "losses max rel diff %.2e over %d steps", m, NR; exit (m > tol) }')
+    loss_ok=$?
+    local weights_ok
+    weights_report=$("$BUILD_DIR/tests/tool_compare_checkpoints" "$base/ckpt/$STEPS" \
+                     "$run/ckpt/$STEPS" "$WEIGHT_TOL")
+    weights_ok=$?
+    weights_report=$(echo "$weights_report" | tail -n 1)
+    if [ $loss_ok -eq 0 ] && [ $weights_ok -eq 0 ]; then
+        echo "ok   $2: $loss_report; $weights_report"
+    else
+        echo "FAIL $2: $loss_report; $weights_report"
+        harness_failures=$((harness_failures + 1)); return 1
+    fi
+}
+
+# check_layout BASE NAME key=value...: run, then compare
+check_layout() {
+    local base=$1 name=$2; shift 2
+    run_layout "$name" "$@" && compare_layout "$base" "$name"
+}
