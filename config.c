@@ -12,20 +12,21 @@
 #include <sys/stat.h>
 
 enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR, T_IGNORED };
-static const char *type_names[] = {"an integer", "an integer", "a number", "a number",
-                                   "true or false", "a string", "anything"};
+static const char *type_names[] = {"an integer",    "an integer", "a number", "a number",
+                                   "true or false", "a string",   "anything"};
 
 typedef struct {
     const char *section, *key;
     int type;
-    size_t offset, size;   // where the value lives in Config; size bounds a string
-    const char *saved;     // T_IGNORED: the JSON config_save writes, so picotron can read it
+    size_t offset, size; // where the value lives in Config; size bounds a string
+    const char *saved;   // T_IGNORED: the JSON config_save writes, so picotron can read it
 } Field;
 
-#define KEY(sec, key, type, member) \
-    {sec, key, type, offsetof(Config, member), sizeof(((Config *)0)->member), NULL}
+#define KEY(sec, key, type, member)                                                                \
+    { sec, key, type, offsetof(Config, member), sizeof(((Config *)0)->member), NULL }
 // read for compatibility with picotron's configs, then ignored
-#define IGNORED(sec, key, json) {sec, key, T_IGNORED, 0, 0, json}
+#define IGNORED(sec, key, json)                                                                    \
+    { sec, key, T_IGNORED, 0, 0, json }
 
 static const char *sections[] = {"distributed", "model",   "training",   "dataset",
                                  "checkpoint",  "logging", "environment"};
@@ -104,7 +105,7 @@ typedef struct {
 
 // the numbers of each model's config.json on the Hugging Face hub
 static const Preset presets[] = {
-    {"picotron-tiny", 128, 384, 4, 4, 2, 256, 1024, 1, 1e-5f, 10000.0f},   // byte tokenizer
+    {"picotron-tiny", 128, 384, 4, 4, 2, 256, 1024, 1, 1e-5f, 10000.0f}, // byte tokenizer
     {"HuggingFaceTB/SmolLM-135M", 576, 1536, 30, 9, 3, 49152, 2048, 1, 1e-5f, 10000.0f},
     {"HuggingFaceTB/SmolLM-360M", 960, 2560, 32, 15, 5, 49152, 2048, 1, 1e-5f, 10000.0f},
     {"HuggingFaceTB/SmolLM-1.7B", 2048, 8192, 24, 32, 32, 49152, 2048, 1, 1e-5f, 10000.0f},
@@ -208,8 +209,8 @@ static void __attribute__((noreturn)) unknown_key(const char *section, const cha
     int best = INT_MAX;
     for (int i = 0; i < NUM_FIELDS; i++) {
         if (strcmp(fields[i].section, section) != 0) continue;
-        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
-                 known[0] ? ", " : "", fields[i].key);
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", known[0] ? ", " : "",
+                 fields[i].key);
         int d = edit_distance(key, fields[i].key);
         if (d < best && d <= 1 + (int)strlen(key) / 4) {
             best = d;
@@ -221,8 +222,8 @@ static void __attribute__((noreturn)) unknown_key(const char *section, const cha
 
 static void __attribute__((noreturn)) type_error(const Field *f, const cJSON *item) {
     char *text = cJSON_PrintUnformatted(item);
-    user_error("config error: %s.%s must be %s, got %.60s", f->section, f->key,
-               type_names[f->type], text ? text : "?");
+    user_error("config error: %s.%s must be %s, got %.60s", f->section, f->key, type_names[f->type],
+               text ? text : "?");
 }
 
 // environment values may be strings ("1"): picotron hands them to os.environ
@@ -262,10 +263,12 @@ static void set_field(Config *cfg, const Field *f, const cJSON *item) {
     if (!number_of(item, strcmp(f->section, "environment") == 0, &x) || !isfinite(x))
         type_error(f, item);
     if (f->type == T_INT || f->type == T_LONG) {
-        double limit = f->type == T_INT ? INT_MAX : 9e15;   // 9e15: doubles stay exact
+        double limit = f->type == T_INT ? INT_MAX : 9e15; // 9e15: doubles stay exact
         if (x != floor(x) || fabs(x) > limit) type_error(f, item);
-        if (f->type == T_INT) *(int *)dst = (int)x;
-        else *(long *)dst = (long)x;
+        if (f->type == T_INT)
+            *(int *)dst = (int)x;
+        else
+            *(long *)dst = (long)x;
     } else if (f->type == T_FLOAT) {
         if (!isfinite((float)x))
             user_error("config error: %s.%s = %g does not fit a float", f->section, f->key, x);
@@ -295,7 +298,7 @@ static char *read_text(const char *path) {
     if (fread(text, 1, st.st_size, f) != (size_t)st.st_size)
         user_error("config error: cannot read %s: short read", path);
     fclose(f);
-    return text;   // xmalloc zeroes, so it ends in '\0'
+    return text; // xmalloc zeroes, so it ends in '\0'
 }
 
 enum { NOT_GIVEN, GIVEN_NULL, GIVEN_VALUE };
@@ -307,7 +310,8 @@ static void read_sections(Config *cfg, const cJSON *root, int given[NUM_FIELDS])
         for (int s = 0; s < NUM_SECTIONS; s++) known |= strcmp(sec->string, sections[s]) == 0;
         if (!known)
             user_error("config error: unknown section \"%s\" (known sections: distributed, model, "
-                       "training, dataset, checkpoint, logging, environment)", sec->string);
+                       "training, dataset, checkpoint, logging, environment)",
+                       sec->string);
         for (const cJSON *s = root->child; s != sec; s = s->next)
             if (strcmp(s->string, sec->string) == 0)
                 user_error("config error: section \"%s\" appears twice", sec->string);
@@ -332,19 +336,20 @@ void config_load(Config *cfg, const char *path) {
     if (!root) {
         long offset = end ? end - text : 0, line = 1, column = 1;
         for (long i = 0; i < offset; i++) column = text[i] == '\n' ? (line++, 1) : column + 1;
-        user_error("config error: %s is not valid JSON: parse error at line %ld, column %ld "
-                   "(byte %ld)", path, line, column, offset);
+        user_error("config error: %s is not valid JSON (error at line %ld, column %ld, byte %ld)",
+                   path, line, column, offset);
     }
     if (!cJSON_IsObject(root))
-        user_error("config error: %s must hold one JSON object {\"distributed\": {...}, ...}", path);
-    for (int s = 0; s < 3; s++)   // distributed, model, training
+        user_error("config error: %s must hold one JSON object {\"distributed\": {...}, ...}",
+                   path);
+    for (int s = 0; s < 3; s++) // distributed, model, training
         if (!cJSON_GetObjectItemCaseSensitive(root, sections[s]))
             user_error("config error: %s has no \"%s\" section (picotron's configs have "
-                       "distributed, model and training; ./create_config writes one)", path,
-                       sections[s]);
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(root, "model"), "name");
-    if (!name || cJSON_IsNull(name))
+                       "distributed, model and training; ./create_config writes one)",
+                       path, sections[s]);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(model, "name");
+    if (cJSON_IsObject(model) && (!name || cJSON_IsNull(name))) // else read_sections says why
         user_error("config error: model.name is missing (a Hugging Face model name, or "
                    "\"picotron-tiny\")");
     int preset = cJSON_IsString(name) && config_apply_preset(cfg, name->valuestring);
@@ -353,10 +358,10 @@ void config_load(Config *cfg, const char *path) {
     for (int k = 0; !preset && k < (int)(sizeof architecture_keys / sizeof *architecture_keys); k++)
         if (given[find_field("model", architecture_keys[k]) - fields] != GIVEN_VALUE)
             user_error("config error: model.%s is missing and model.name \"%s\" is no built-in "
-                       "preset (%s); set it, or write the config with ./create_config "
-                       "--model_config", architecture_keys[k], cfg->model_name,
-                       config_preset_names());
-    if (strcmp(cfg->backend, "gloo") == 0) strcpy(cfg->backend, "mpi");   // picotron's CPU name
+                       "preset (%s); set it, or write the config with "
+                       "./create_config --model_config",
+                       architecture_keys[k], cfg->model_name, config_preset_names());
+    if (strcmp(cfg->backend, "gloo") == 0) strcpy(cfg->backend, "mpi"); // picotron's CPU name
     cJSON_Delete(root);
     free(text);
 }
@@ -364,9 +369,9 @@ void config_load(Config *cfg, const char *path) {
 // ---------------------------------------------------------------------------------------------
 // checking: each impossible setting is one line naming the keys, their values and the fix
 
-#define CHECK(cond, ...) \
-    do { \
-        if (!(cond)) user_error("config error: " __VA_ARGS__); \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) user_error("config error: " __VA_ARGS__);                                     \
     } while (0)
 
 static int one_of(const char *value, const char *a, const char *b) {
@@ -385,9 +390,14 @@ void config_validate(const Config *c, int world_size) {
     CHECK(strcmp(c->dtype, "bfloat16") != 0, "model.dtype = \"bfloat16\" needs the GPU build "
                                              "(`make GPU=1`); the CPU build uses \"float32\"");
 #endif
-    const struct { const char *key; long value, min; } counts[] = {
-        {"distributed.tp_size", c->tp_size, 1}, {"distributed.cp_size", c->cp_size, 1},
-        {"distributed.pp_size", c->pp_size, 1}, {"distributed.dp_size", c->dp_size, 1},
+    const struct {
+        const char *key;
+        long value, min;
+    } counts[] = {
+        {"distributed.tp_size", c->tp_size, 1},
+        {"distributed.cp_size", c->cp_size, 1},
+        {"distributed.pp_size", c->pp_size, 1},
+        {"distributed.dp_size", c->dp_size, 1},
         {"distributed.bucket_size_mb", c->bucket_size_mb, 1},
         {"model.hidden_size", c->hidden_size, 1},
         {"model.intermediate_size", c->intermediate_size, 1},
@@ -400,7 +410,8 @@ void config_validate(const Config *c, int world_size) {
         {"training.seq_length", c->seq_length, 1},
         {"training.micro_batch_size", c->micro_batch_size, 1},
         {"training.gradient_accumulation_steps", c->gradient_accumulation_steps, 1},
-        {"training.num_samples", c->num_samples, 0}, {"training.max_tokens", c->max_tokens, 0},
+        {"training.num_samples", c->num_samples, 0},
+        {"training.max_tokens", c->max_tokens, 0},
         {"training.warmup_steps", c->warmup_steps, 0},
         {"checkpoint.save_frequency", c->save_frequency, 0},
         {"environment.OMP_NUM_THREADS", c->omp_num_threads, 1},
@@ -411,16 +422,17 @@ void config_validate(const Config *c, int world_size) {
 
     CHECK(one_of(c->pp_engine, "afab", "1f1b"),
           "distributed.pp_engine = \"%s\" must be \"afab\" or \"1f1b\"", c->pp_engine);
-    CHECK(one_of(c->backend, "nccl", "mpi"), "distributed.backend = \"%s\" must be \"nccl\" or "
-                                             "\"mpi\"", c->backend);
+    CHECK(one_of(c->backend, "nccl", "mpi"),
+          "distributed.backend = \"%s\" must be \"nccl\" or \"mpi\"", c->backend);
     CHECK(one_of(c->dtype, "float32", "bfloat16"),
           "model.dtype = \"%s\" must be \"float32\" or \"bfloat16\"", c->dtype);
     CHECK(one_of(c->lr_decay, "constant", "cosine"),
           "training.lr_decay = \"%s\" must be \"constant\" or \"cosine\"", c->lr_decay);
 
     CHECK(c->learning_rate > 0, "training.learning_rate = %g must be positive", c->learning_rate);
-    CHECK(c->min_lr >= 0 && c->min_lr <= c->learning_rate, "training.min_lr = %g must lie in "
-          "[0, training.learning_rate = %g]", c->min_lr, c->learning_rate);
+    CHECK(c->min_lr >= 0 && c->min_lr <= c->learning_rate,
+          "training.min_lr = %g must lie in [0, training.learning_rate = %g]", c->min_lr,
+          c->learning_rate);
     CHECK(c->weight_decay >= 0, "training.weight_decay = %g is negative", c->weight_decay);
     CHECK(c->adam_beta1 >= 0 && c->adam_beta1 < 1, "training.adam_beta1 = %g must lie in [0, 1)",
           c->adam_beta1);
@@ -433,38 +445,48 @@ void config_validate(const Config *c, int world_size) {
     CHECK(c->rope_theta > 0, "model.rope_theta = %g must be positive", c->rope_theta);
     CHECK(c->peak_flops >= 0, "environment.PEAK_FLOPS = %g is negative", c->peak_flops);
 
-    int H = c->num_attention_heads, KV = c->num_key_value_heads, tp = c->tp_size;
-    CHECK(c->hidden_size % H == 0, "model.hidden_size = %d is not divisible by "
-          "model.num_attention_heads = %d", c->hidden_size, H);
-    CHECK(H % KV == 0, "model.num_attention_heads = %d is not divisible by "
-          "model.num_key_value_heads = %d", H, KV);
-    CHECK(c->hidden_size / H % 2 == 0, "model.hidden_size / model.num_attention_heads = %d / %d "
-          "= %d is odd; RoPE rotates pairs, so the head dimension must be even",
-          c->hidden_size, H, c->hidden_size / H);
+    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int tp = c->tp_size, cp = c->cp_size, T = c->seq_length;
+    CHECK(C % H == 0, "model.hidden_size = %d is not divisible by model.num_attention_heads = %d",
+          C, H);
+    CHECK(H % KV == 0,
+          "model.num_attention_heads = %d is not divisible by model.num_key_value_heads = %d", H,
+          KV);
+    CHECK(C / H % 2 == 0,
+          "model.hidden_size / model.num_attention_heads = %d / %d = %d is odd; RoPE rotates "
+          "pairs, so the head dimension must be even",
+          C, H, C / H);
     CHECK(H % tp == 0, "distributed.tp_size = %d does not divide model.num_attention_heads = %d",
           tp, H);
     CHECK(KV % tp == 0, "distributed.tp_size = %d does not divide model.num_key_value_heads = %d",
           tp, KV);
-    CHECK(c->intermediate_size % tp == 0, "distributed.tp_size = %d does not divide "
-          "model.intermediate_size = %d", tp, c->intermediate_size);
-    CHECK(c->vocab_size % tp == 0, "model.vocab_size = %d is not divisible by "
-          "distributed.tp_size = %d (each tp rank holds vocab_size/tp_size rows; pad vocab_size "
-          "to a multiple of %d)", c->vocab_size, tp, tp);
+    CHECK(c->intermediate_size % tp == 0,
+          "distributed.tp_size = %d does not divide model.intermediate_size = %d", tp,
+          c->intermediate_size);
+    CHECK(c->vocab_size % tp == 0,
+          "model.vocab_size = %d is not divisible by distributed.tp_size = %d (each tp rank "
+          "holds vocab_size/tp_size rows; pad vocab_size to a multiple of %d)",
+          c->vocab_size, tp, tp);
     if (c->cp_zigzag)
-        CHECK(c->seq_length % (2 * c->cp_size) == 0, "training.seq_length = %d is not divisible "
-              "by 2*distributed.cp_size = %d (distributed.cp_zigzag cuts it into 2*cp chunks)",
-              c->seq_length, 2 * c->cp_size);
-    CHECK(c->seq_length % c->cp_size == 0, "training.seq_length = %d is not divisible by "
-          "distributed.cp_size = %d", c->seq_length, c->cp_size);
-    CHECK(c->num_hidden_layers >= c->pp_size, "model.num_hidden_layers = %d < "
-          "distributed.pp_size = %d: a pipeline stage would get no layer", c->num_hidden_layers,
-          c->pp_size);
-    CHECK(c->seq_length <= c->max_position_embeddings, "training.seq_length = %d exceeds "
-          "model.max_position_embeddings = %d", c->seq_length, c->max_position_embeddings);
+        CHECK(T % (2 * cp) == 0,
+              "training.seq_length = %d is not divisible by 2*distributed.cp_size = %d "
+              "(distributed.cp_zigzag cuts it into 2*cp chunks)",
+              T, 2 * cp);
+    CHECK(T % cp == 0, "training.seq_length = %d is not divisible by distributed.cp_size = %d", T,
+          cp);
+    CHECK(c->num_hidden_layers >= c->pp_size,
+          "model.num_hidden_layers = %d < distributed.pp_size = %d: a pipeline stage would "
+          "get no layer",
+          c->num_hidden_layers, c->pp_size);
+    CHECK(T <= c->max_position_embeddings,
+          "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
+          c->max_position_embeddings);
 
-    long ranks = (long)c->tp_size * c->cp_size * c->pp_size * c->dp_size;
-    CHECK(ranks == world_size, "tp_size*cp_size*pp_size*dp_size = %ld but mpirun started %d "
-          "rank%s (use mpirun -np %ld)", ranks, world_size, world_size == 1 ? "" : "s", ranks);
+    long ranks = (long)c->tp_size * cp * c->pp_size * c->dp_size;
+    CHECK(ranks == world_size,
+          "tp_size*cp_size*pp_size*dp_size = %ld but mpirun started %d rank%s "
+          "(use mpirun -np %ld)",
+          ranks, world_size, world_size == 1 ? "" : "s", ranks);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -474,7 +496,7 @@ void config_validate(const Config *c, int world_size) {
 static cJSON *number_json(double x, int is_float) {
     char text[32];
     if (!isfinite(x)) return cJSON_CreateNull();
-    if (x == floor(x) && fabs(x) < 1e15) {   // 10000, not 1e+04
+    if (x == floor(x) && fabs(x) < 1e15) { // 10000, not 1e+04
         snprintf(text, sizeof text, "%.0f", x);
         return cJSON_CreateRaw(text);
     }
@@ -491,16 +513,21 @@ static cJSON *field_json(const Config *cfg, const Field *f) {
     switch (f->type) {
     case T_INT:
         if (strcmp(f->section, "environment") != 0) return cJSON_CreateNumber(*(const int *)src);
-        snprintf(text, sizeof text, "%d", *(const int *)src);   // a string, as picotron's
+        snprintf(text, sizeof text, "%d", *(const int *)src); // a string, as picotron's
         return cJSON_CreateString(text);
-    case T_LONG:   // picotron writes null for "no limit"
+    case T_LONG: // picotron writes null for "no limit"
         if (*(const long *)src == 0) return cJSON_CreateNull();
         return cJSON_CreateNumber((double)*(const long *)src);
-    case T_FLOAT: return number_json(*(const float *)src, 1);
-    case T_DOUBLE: return number_json(*(const double *)src, 0);
-    case T_BOOL: return cJSON_CreateBool(*(const int *)src);
-    case T_STR: return cJSON_CreateString(src);
-    default: return cJSON_Parse(f->saved);
+    case T_FLOAT:
+        return number_json(*(const float *)src, 1);
+    case T_DOUBLE:
+        return number_json(*(const double *)src, 0);
+    case T_BOOL:
+        return cJSON_CreateBool(*(const int *)src);
+    case T_STR:
+        return cJSON_CreateString(src);
+    default:
+        return cJSON_Parse(f->saved);
     }
 }
 
@@ -522,8 +549,10 @@ int config_save(const Config *cfg, const char *path) {
     }
     // cJSON indents with tabs; picotron's files use 4 spaces (a tab inside a string is escaped)
     for (const char *p = text; *p; p++) {
-        if (*p != '\t') fputc(*p, f);
-        else fputs(p > text && p[-1] == ':' ? " " : "    ", f);
+        if (*p != '\t')
+            fputc(*p, f);
+        else
+            fputs(p > text && p[-1] == ':' ? " " : "    ", f);
     }
     fputc('\n', f);
     int failed = ferror(f);

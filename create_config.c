@@ -17,23 +17,24 @@ enum { A_INT, A_FLOAT, A_STR, A_SWITCH, A_OWN, A_OWN_SWITCH, A_NOTE, A_NOTE_SWIT
 typedef struct {
     const char *flag;
     int type;
-    size_t offset, size;   // where the value goes in Config; A_OWN: main reads it by name
-    const char *help;      // A_NOTE*: what this flag means here (picotron's flag, no effect)
-    const char *value;     // what the command line gave, NULL when absent
+    size_t offset, size; // where the value goes in Config; A_OWN: main reads it by name
+    const char *help;    // A_NOTE*: what this flag means here (picotron's flag, no effect)
+    const char *value;   // what the command line gave, NULL when absent
 } Flag;
 
-#define SET(flag, type, member, help) \
-    {flag, type, offsetof(Config, member), sizeof(((Config *)0)->member), help, NULL}
-#define OWN(flag, type, help) {flag, type, 0, 0, help, NULL}
+#define SET(flag, type, member, help)                                                              \
+    { flag, type, offsetof(Config, member), sizeof(((Config *)0)->member), help, NULL }
+#define OWN(flag, type, help)                                                                      \
+    { flag, type, 0, 0, help, NULL }
 
 static Flag flags[] = {
     OWN("out_dir", A_OWN, "folder that holds the experiments (default tmp)"),
-    OWN("exp_name", A_OWN, "experiment name: writes <out_dir>/<exp_name>/config.json "
-                           "(default dummy_exp)"),
-    OWN("model_name", A_OWN, "a built-in preset (below) or, with --model_config, any name "
-                             "(default picotron-tiny)"),
-    OWN("model_config", A_OWN, "PATH to a Hugging Face config.json (or its folder) to take the "
-                               "architecture from"),
+    OWN("exp_name", A_OWN,
+        "experiment name: writes <out_dir>/<exp_name>/config.json (default dummy_exp)"),
+    OWN("model_name", A_OWN,
+        "a built-in preset (below) or, with --model_config, any name (default picotron-tiny)"),
+    OWN("model_config", A_OWN,
+        "PATH to a Hugging Face config.json (or its folder) to take the architecture from"),
     OWN("overwrite", A_OWN_SWITCH, "write into an experiment folder that already exists"),
     SET("dp", A_INT, dp_size, "data-parallel size"),
     SET("tp", A_INT, tp_size, "tensor-parallel size"),
@@ -61,15 +62,15 @@ static Flag flags[] = {
     SET("dataset", A_STR, dataset_name, "a .txt (bytes), a .tok token file or an llm.c .bin"),
     SET("save_dir", A_STR, save_dir, "checkpoint folder (default <out_dir>/<exp_name>)"),
     SET("save_frequency", A_INT, save_frequency, "save a checkpoint every N steps; 0: never"),
-    SET("metrics_file", A_STR, metrics_file, "append one JSON line per step to this file"),
-    OWN("hf_token", A_NOTE, "--hf_token is not needed: picotron.c reads no hub (built-in "
-                            "presets, or --model_config)"),
-    OWN("subset_name", A_NOTE, "--subset_name is ignored: picotron.c reads one local file "
-                               "(--dataset)"),
-    OWN("use_wandb", A_NOTE_SWITCH, "--use_wandb is ignored: picotron.c logs to stdout and to "
-                                    "--metrics_file"),
-    OWN("use_fused_adam", A_NOTE_SWITCH, "--use_fused_adam is ignored: picotron.c has one AdamW "
-                                         "kernel per device"),
+    SET("metrics_file", A_STR, metrics_file, "one JSON line per step goes to this file"),
+    OWN("hf_token", A_NOTE,
+        "--hf_token is not needed: picotron.c reads no hub (built-in presets, or --model_config)"),
+    OWN("subset_name", A_NOTE,
+        "--subset_name is ignored: picotron.c reads one local file (--dataset)"),
+    OWN("use_wandb", A_NOTE_SWITCH,
+        "--use_wandb is ignored: picotron.c logs to stdout and to --metrics_file"),
+    OWN("use_fused_adam", A_NOTE_SWITCH,
+        "--use_fused_adam is ignored: picotron.c has one AdamW kernel per device"),
 };
 #define NUM_FLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -93,12 +94,14 @@ static void usage(void) {
         char name[48], def[64] = "";
         snprintf(name, sizeof name, "--%s%s", f->flag, is_switch(f) ? "" : " X");
         const char *src = (const char *)&d + f->offset;
-        if (f->type == A_INT && !strstr(f->help, "override")) snprintf(def, sizeof def, " (default %d)", *(const int *)src);
+        if (f->type == A_INT && !strstr(f->help, "override"))
+            snprintf(def, sizeof def, " (default %d)", *(const int *)src);
         if (f->type == A_FLOAT) snprintf(def, sizeof def, " (default %g)", *(const float *)src);
         if (f->type == A_STR && *src && !strstr(f->help, "default"))
             snprintf(def, sizeof def, " (default %s)", src);
-        printf("  %-24s %s%s\n", name, f->type >= A_NOTE ? "accepted for picotron's "
-               "command lines; no effect" : f->help, def);
+        printf("  %-24s %s%s\n", name,
+               f->type >= A_NOTE ? "accepted for picotron's command lines; no effect" : f->help,
+               def);
     }
     printf("presets: %s (an -Instruct suffix is accepted)\n", config_preset_names());
 }
@@ -143,7 +146,8 @@ static void parse_args(int argc, char **argv) {
         }
         if (strncmp(arg, "--", 2) != 0)
             user_error("create_config: unexpected argument \"%s\" (flags start with --; see "
-                       "--help)", arg);
+                       "--help)",
+                       arg);
         char name[64];
         const char *eq = strchr(arg, '='), *value = eq ? eq + 1 : NULL;
         snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - arg - 2 : (long)strlen(arg) - 2),
@@ -173,8 +177,7 @@ static void apply_flags(Config *cfg) {
         if (f->type == A_INT) {
             long x = strtol(f->value, &end, 10);
             if (!f->value[0] || *end || x < INT_MIN || x > INT_MAX)
-                user_error("create_config: --%s expects an integer, got \"%s\"", f->flag,
-                           f->value);
+                user_error("create_config: --%s expects an integer, got \"%s\"", f->flag, f->value);
             *(int *)dst = (int)x;
         } else if (f->type == A_FLOAT) {
             float x = strtof(f->value, &end);
@@ -209,7 +212,8 @@ static cJSON *read_json(const char *path) {
     cJSON *root = cJSON_Parse(text);
     if (!cJSON_IsObject(root))
         user_error("create_config: --model_config %s is not a JSON object (is it a Hugging Face "
-                   "config.json?)", file);
+                   "config.json?)",
+                   file);
     free(text);
     return root;
 }
@@ -217,7 +221,11 @@ static cJSON *read_json(const char *path) {
 // a Hugging Face config.json's architecture; absent optional keys take LlamaConfig's defaults
 static void read_model_config(Config *cfg, const char *path) {
     enum { HF_INT, HF_FLOAT, HF_BOOL };
-    const struct { const char *key; int type, required; size_t offset; } keys[] = {
+    const struct {
+        const char *key;
+        int type, required;
+        size_t offset;
+    } keys[] = {
         {"hidden_size", HF_INT, 1, offsetof(Config, hidden_size)},
         {"intermediate_size", HF_INT, 1, offsetof(Config, intermediate_size)},
         {"num_hidden_layers", HF_INT, 1, offsetof(Config, num_hidden_layers)},
@@ -234,14 +242,15 @@ static void read_model_config(Config *cfg, const char *path) {
     cfg->rope_theta = 10000.0f;
     cfg->max_position_embeddings = 2048;
     cfg->tie_word_embeddings = 0;
-    cfg->num_key_value_heads = 0;   // 0 until read: then it defaults to the query heads
+    cfg->num_key_value_heads = 0; // 0 until read: then it defaults to the query heads
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
         char *dst = (char *)cfg + keys[k].offset;
         if (!item || cJSON_IsNull(item)) {
             if (keys[k].required)
                 user_error("create_config: --model_config %s has no %s (is it a Llama-like "
-                           "Hugging Face config.json?)", path, keys[k].key);
+                           "Hugging Face config.json?)",
+                           path, keys[k].key);
         } else if (keys[k].type == HF_BOOL && cJSON_IsBool(item)) {
             *(int *)dst = cJSON_IsTrue(item);
         } else if (keys[k].type == HF_FLOAT && cJSON_IsNumber(item)) {
@@ -265,7 +274,7 @@ static void read_model_config(Config *cfg, const char *path) {
     cJSON_Delete(root);
 }
 
-static void make_dirs(const char *path) {   // mkdir -p
+static void make_dirs(const char *path) { // mkdir -p
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", path);
     for (char *p = dir + 1;; p++) {
@@ -279,7 +288,7 @@ static void make_dirs(const char *path) {   // mkdir -p
     }
 }
 
-static void print_thousands(char *out, size_t size, long x) {   // 1048576 -> "1,048,576"
+static void print_thousands(char *out, size_t size, long x) { // 1048576 -> "1,048,576"
     char digits[32];
     int n = snprintf(digits, sizeof digits, "%ld", x), o = 0;
     for (int i = 0; i < n && o + 2 < (int)size; i++) {
@@ -299,24 +308,24 @@ int main(int argc, char **argv) {
     config_defaults(&cfg);
 
     if (model_config) {
-        read_model_config(&cfg, model_config);   // names the model after the file
+        read_model_config(&cfg, model_config); // names the model after the file
         if (!model_name) model_name = cfg.model_name;
     } else {
         if (!model_name) model_name = "picotron-tiny";
         if (!config_apply_preset(&cfg, model_name))
             user_error("create_config: unknown --model_name %s; presets: %s (or pass "
-                       "--model_config PATH to a Hugging Face config.json)", model_name,
-                       config_preset_names());
+                       "--model_config PATH to a Hugging Face config.json)",
+                       model_name, config_preset_names());
     }
     if (strlen(model_name) >= sizeof cfg.model_name)
         user_error("create_config: --model_name is too long");
     memmove(cfg.model_name, model_name, strlen(model_name) + 1);
 
-    char run_path[496], path[512];   // both fit Config's 512-character paths
+    char run_path[496], path[512]; // both fit Config's 512-character paths
     if (snprintf(run_path, sizeof run_path, "%s/%s", out_dir, exp_name) >= (int)sizeof run_path)
         user_error("create_config: --out_dir/--exp_name is longer than %zu characters",
                    sizeof run_path - 1);
-    snprintf(cfg.save_dir, sizeof cfg.save_dir, "%s", run_path);   // as picotron
+    snprintf(cfg.save_dir, sizeof cfg.save_dir, "%s", run_path); // as picotron
     snprintf(cfg.run_name, sizeof cfg.run_name, "%s", exp_name);
     apply_flags(&cfg);
     for (int i = 0; i < NUM_FLAGS; i++)
@@ -326,7 +335,8 @@ int main(int argc, char **argv) {
     struct stat st;
     if (stat(run_path, &st) == 0 && !flag_value("overwrite"))
         user_error("create_config: %s already exists; pass --overwrite to replace its "
-                   "config.json, or choose another --exp_name", run_path);
+                   "config.json, or choose another --exp_name",
+                   run_path);
     make_dirs(run_path);
     snprintf(path, sizeof path, "%s/config.json", run_path);
     if (config_save(&cfg, path) != 0)
@@ -336,8 +346,9 @@ int main(int argc, char **argv) {
     char tokens[32];
     print_thousands(tokens, sizeof tokens, gbs * cfg.seq_length);
     printf("Global batch size: %ld sequences (mbs %d x grad_acc_steps %d x dp %d) = %s tokens "
-           "(seq_len %d)\n", gbs, cfg.micro_batch_size, cfg.gradient_accumulation_steps,
-           cfg.dp_size, tokens, cfg.seq_length);
+           "(seq_len %d)\n",
+           gbs, cfg.micro_batch_size, cfg.gradient_accumulation_steps, cfg.dp_size, tokens,
+           cfg.seq_length);
     printf("Configs created successfully! Saved to %s\n", path);
     printf("Run it: mpirun -np %d ./train --config %s\n",
            cfg.dp_size * cfg.tp_size * cfg.pp_size * cfg.cp_size, path);

@@ -155,6 +155,9 @@ int main(int argc, char **argv) {
     if (logger)
         printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
                pgm.global_rank, dp.started_during_backward, dp.num_buckets * cfg.total_train_steps);
+    if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
+        printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
+               pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);
     if (metrics) fclose(metrics);
     data_parallel_free(&dp);
     model_free(&model);

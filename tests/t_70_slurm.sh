@@ -140,7 +140,7 @@ for j in single dp2; do
     log=$tmp/sweep/$j/log_$(cat "$tmp/sweep/$j/job_id.txt").out
     # the reference: steps 4..6 read with sed and numfmt (SI suffixes), averaged by awk
     ref_tps=$(grep 'Step:' "$log" | tail -n +4 | sed -E 's/.*Tokens\/s\/GPU: *([^ |]+).*/\1/' |
-        numfmt --from=si | awk '{s += $1} END {print s / NR}')
+        numfmt --from=si --format=%.3f | awk '{s += $1} END {print s / NR}')
     ref_mfu=$(grep 'Step:' "$log" | tail -n +4 | sed -E 's/.*MFU: *([0-9.]+)%.*/\1/' |
         awk '{s += $1} END {print s / NR}')
     IFS=, read -r _ st dp tp pp cp mbs ga sl steps tps mfu <<<"$row"

@@ -162,10 +162,11 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                         for (int r = 0; r < rows; r++) {
                             float *pr = p + (size_t)r * nk;
                             // a row that saw no key at all (lse = -inf) has no gradient
-                            int qp = lse_t[r] > -INFINITY ? q_pos[i0 + r] : INT_MIN;
+                            float lse_r = lse_t[r];
+                            int qp = lse_r > -INFINITY ? q_pos[i0 + r] : INT_MIN;
 #pragma omp simd
                             for (int j = 0; j < nk; j++)
-                                pr[j] = k_pos[j0 + j] > qp ? 0.0f : exp_approx(pr[j] - lse_t[r]);
+                                pr[j] = k_pos[j0 + j] > qp ? 0.0f : exp_approx(pr[j] - lse_r);
                         }
                         // forward: out = p @ v  =>  dv (nk, D) += p^T @ dout, dp = dout @ v^T
                         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, rows, 1.0f, p,
@@ -176,9 +177,10 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                         for (int r = 0; r < rows; r++) {
                             float *dsr = ds + (size_t)r * nk;
                             const float *pr = p + (size_t)r * nk;
+                            float delta_r = delta_t[r];
 #pragma omp simd
                             for (int j = 0; j < nk; j++)
-                                dsr[j] = pr[j] * (dsr[j] - delta_t[r]) * scale;
+                                dsr[j] = pr[j] * (dsr[j] - delta_r) * scale;
                         }
                         // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f,

@@ -1,6 +1,6 @@
 // AdamW on the GPU, torch.optim.AdamW's update in the CPU twin's order of operations (see
 // backend/cpu/adamw.c): the scalars are formed on the host, in double, exactly as there.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 #include <math.h>
 
 __global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v,

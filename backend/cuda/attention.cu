@@ -6,7 +6,7 @@
 // Correctness first: fp32 throughout, one warp per row, no tensor cores; the backward recomputes
 // probabilities from the final lse in two kernels (dq by query rows, dk and dv by key rows), so
 // every output element has one owner and no atomics are needed.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 #define KT 32   // key (or query) rows per shared-memory tile: one per lane
 #define WARPS 4 // rows per block, one per warp

@@ -1,7 +1,7 @@
 // Cross-entropy from a vocab shard on the GPU (Megatron-LM's vocab-parallel loss): one block per
 // row for the max and the sum of exponentials; the tensor-parallel code all-reduces them between
 // the calls, exactly as on the CPU.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 #define ROW_THREADS 256
 

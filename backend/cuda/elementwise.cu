@@ -1,5 +1,5 @@
 // Elementwise kernels and the two reductions (gradient norm, loss sum) on the GPU.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 __global__ static void fill_kernel(float *x, float value, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;

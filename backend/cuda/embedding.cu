@@ -1,5 +1,5 @@
 // Token embedding from a vocab shard on the GPU (rows [vocab_start, vocab_start + V) live here).
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 // one block per token, threads over C
 __global__ static void embedding_forward_kernel(float *out, const int *tokens, const float *wte,

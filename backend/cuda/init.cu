@@ -6,7 +6,7 @@
 // glibc's may differ in the last double bit; after rounding to float that shows up only when a
 // value sits within a few double ulps of a float rounding boundary (~1e-8 of the elements).
 // tests/gpu/test_kernels_vs_cpu.c counts such elements.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 #include <math.h>
 
 #define GOLDEN 0x9E3779B97F4A7C15ull   // splitmix64's increment: 2^64 / golden ratio

@@ -5,7 +5,7 @@
 //   dinp += dout @ W       (row-major)  <=>  dinp^T += W^T @ dout^T      (column-major)
 //   dW += dout^T @ inp     (row-major)  <=>  dW^T   += inp^T @ dout      (column-major)
 // where, column-major, W is (C, OC) with ld C, inp^T is (C, N) with ld C, dout^T is (OC, N).
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc) {

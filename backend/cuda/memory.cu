@@ -1,6 +1,6 @@
 // Device selection and device memory on the GPU: cudaMalloc (never managed memory), copies on the
 // compute stream, memory in use from cudaMemGetInfo and the peak FLOP/s for MFU.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 #include <string.h>
 
 cublasHandle_t cublas_handle;

@@ -1,6 +1,6 @@
 // RMSNorm over the last dimension on the GPU: one block per row, the weight gradient by column
 // tiles (deterministic, no atomics).
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 #define ROW_THREADS 256
 

@@ -1,6 +1,6 @@
 // Rotary position embedding on the GPU, Hugging Face Llama's rotate-half layout: element i of a
 // head pairs with element i + D/2. One thread per pair.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 // Rotates each (x[i], x[i + D/2]) pair by +theta (dir = 1) or -theta (dir = -1).
 __global__ static void rotate_kernel(float *x, const float *cos, const float *sin, int T, int NH,

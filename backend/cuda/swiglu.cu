@@ -1,5 +1,5 @@
 // SwiGLU on the GPU: out = silu(gate) * up, one thread per element.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common.h"
 
 __global__ static void swiglu_forward_kernel(float *out, const float *gate, const float *up,
                                              size_t N) {

@@ -1,0 +1,370 @@
+// Collectives of the GPU build (backend/comm.h) on device buffers, with two backends, chosen by
+// distributed.backend, which train.c passes on as the environment variable
+// PICOTRON_COMM_BACKEND before the process groups are made (group_init has no backend argument):
+//   "nccl" (the default): one NCCL communicator per process group of more than one rank, its id
+//          handed out by MPI. Blocking calls run on the compute stream, in program order with
+//          the kernels; the *_start calls run on comm_stream, after an event that orders them
+//          behind the kernels already queued, and record an event that comm_wait() polls.
+//   "mpi": the CPU build's MPI calls on host copies of the buffers (device -> host, MPI,
+//          host -> device), so several ranks can share one GPU, which NCCL refuses.
+// Every wait on the host tests and yields (sched_yield), as the CPU build does: MPICH's
+// blocking calls busy-poll and starve the rank being waited for when ranks share cores.
+// A group of one rank does no communication at all: each call is a copy or nothing.
+#include "backend/cuda/common.h"
+#include <limits.h>
+#include <sched.h>
+#include <string.h>
+
+#define TAG 0   // one tag: MPI keeps the point-to-point messages of two ranks in order
+
+// What a communication in flight needs at comm_wait(), beyond the MPI requests in the Handle.
+typedef struct {
+    cudaEvent_t done;   // "nccl": recorded on comm_stream after the op; NULL for "mpi"
+    float *host;        // "mpi": the host copy MPI sends from (or reduces in place)
+    float *host_recv;   // "mpi": the host buffer MPI receives into, when not `host`
+    float *dst;         // "mpi": the device buffer the received floats land in at the end
+    size_t dst_n;
+} DeviceOp;
+
+static int backend_is_nccl(void) {
+    static int nccl = -1;
+    if (nccl >= 0) return nccl;
+    const char *name = getenv("PICOTRON_COMM_BACKEND");
+    if (!name || !name[0] || strcmp(name, "nccl") == 0) nccl = 1;
+    else if (strcmp(name, "mpi") == 0) nccl = 0;
+    else user_error("distributed.backend = \"%s\" is not a communication backend: use \"nccl\" "
+                    "or \"mpi\"", name);
+    return nccl;
+}
+
+static int mpi_count(size_t n, const char *what) {
+    if (n > INT_MAX)
+        FAIL("split the buffer: one MPI call moves at most 2^31-1 floats",
+             "%s of %zu floats exceeds INT_MAX", what, n);
+    return (int)n;
+}
+
+// NCCL refuses two ranks of one communicator on one GPU: say so in one line, before it does.
+static void check_one_gpu_per_rank(Group *g) {
+    MPI_Comm node;
+    int node_size, device, count;
+    mpiCheck(MPI_Comm_split_type(g->comm, MPI_COMM_TYPE_SHARED, g->rank, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_size(node, &node_size));
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceCount(&count));
+    int *devices = (int *)xmalloc(node_size * sizeof(int));
+    mpiCheck(MPI_Allgather(&device, 1, MPI_INT, devices, 1, MPI_INT, node));
+    int shared = 0;
+    for (int r = 0; r < node_size; r++) shared += devices[r] == device;
+    free(devices);
+    mpiCheck(MPI_Comm_free(&node));
+    if (shared > 1) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "distributed.backend = \"nccl\" needs one GPU per rank, but %d "
+                 "ranks of one group share GPU %d (this node has %d): set distributed.backend to "
+                 "\"mpi\" or start at most %d ranks per node", shared, device, count, count);
+        // user_error speaks from world rank 0 only, which may not be in this group
+        if (g->rank == 0 && world_rank() != 0) fprintf(stderr, "%s\n", msg);
+        user_error("%s", msg);
+    }
+}
+
+void group_init(Group *g, MPI_Comm comm) {
+    g->comm = comm;
+    g->nccl = NULL;
+    mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    mpiCheck(MPI_Comm_rank(comm, &g->rank));
+    mpiCheck(MPI_Comm_size(comm, &g->size));
+    if (g->size == 1 || !backend_is_nccl()) return;
+    check_one_gpu_per_rank(g);
+    ncclUniqueId id;
+    if (g->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    mpiCheck(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+    ncclComm_t nccl;
+    ncclCheck(ncclCommInitRank(&nccl, g->size, id, g->rank));
+    g->nccl = nccl;
+}
+
+void group_free(Group *g) {
+    if (g->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)g->nccl));
+    g->nccl = NULL;
+    if (g->comm != MPI_COMM_NULL && g->comm != MPI_COMM_WORLD && g->comm != MPI_COMM_SELF)
+        mpiCheck(MPI_Comm_free(&g->comm));
+    g->comm = MPI_COMM_NULL;
+}
+
+static Handle handle_done(void) {
+    Handle h;
+    memset(&h, 0, sizeof h);
+    h.req[0] = h.req[1] = MPI_REQUEST_NULL;
+    return h;
+}
+
+static DeviceOp *op_new(void) {
+    return (DeviceOp *)xmalloc(sizeof(DeviceOp));   // zeroed
+}
+
+// "mpi": a host copy of n floats of a device buffer (n = 0: an empty buffer to receive into).
+// cudaMemcpy waits for the kernels queued before it, so the copy holds their results.
+static float *host_copy(const float *dev, size_t n, size_t capacity) {
+    float *host = (float *)xmalloc(capacity * sizeof(float));
+    device_to_host(host, dev, n * sizeof(float));
+    return host;
+}
+
+// "nccl": comm_stream waits for the kernels queued so far on the compute stream
+static void comm_stream_after_compute(void) {
+    cudaEvent_t ready;
+    cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(ready, 0));
+    cudaCheck(cudaStreamWaitEvent(comm_stream, ready, 0));
+    cudaCheck(cudaEventDestroy(ready));   // released once the wait is satisfied
+}
+
+static void record_done(Handle *h) {
+    DeviceOp *op = op_new();
+    cudaCheck(cudaEventCreateWithFlags(&op->done, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(op->done, comm_stream));
+    h->device_op = op;
+}
+
+void comm_wait(Handle *h) {
+    DeviceOp *op = (DeviceOp *)h->device_op;
+    if (op && op->done) {
+        cudaError_t st;
+        while ((st = cudaEventQuery(op->done)) == cudaErrorNotReady) sched_yield();
+        cudaCheck(st);
+        cudaCheck(cudaEventDestroy(op->done));
+    }
+    for (;;) {
+        int done = 0;
+        MPI_Status status[2];
+        if (h->count == 0) break;
+        mpiCheck(MPI_Testall(h->count, h->req, &done, status));
+        if (done) break;
+        sched_yield();   // let the rank we are waiting for run on this core
+    }
+    h->count = 0;
+    if (op) {
+        if (op->dst) host_to_device(op->dst, op->host_recv ? op->host_recv : op->host,
+                                    op->dst_n * sizeof(float));
+        free(op->host);
+        free(op->host_recv);
+        free(op);
+        h->device_op = NULL;
+    }
+    if (h->avg_buf) {
+        // REDUCE_AVG travels as a sum; the mean is taken once it has arrived, as on the CPU
+        scale_inplace(h->avg_buf, 1.0f / (float)h->avg_size, h->avg_n);
+        h->avg_buf = NULL;
+    }
+}
+
+static ncclRedOp_t nccl_op(ReduceOp op) {
+    return op == REDUCE_MAX ? ncclMax : ncclSum;
+}
+
+static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int async) {
+    Handle h = handle_done();
+    if (g->size == 1 || n == 0) return h;   // the sum, mean and max of one copy is that copy
+    if (op == REDUCE_AVG) {
+        h.avg_buf = buf;
+        h.avg_n = n;
+        h.avg_size = g->size;
+    }
+    if (g->nccl) {
+        if (async) comm_stream_after_compute();
+        ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, nccl_op(op), (ncclComm_t)g->nccl,
+                                async ? comm_stream : 0));
+        if (async) record_done(&h);
+        return h;
+    }
+    int count = mpi_count(n, "all_reduce");
+    DeviceOp *op_state = op_new();
+    op_state->host = host_copy(buf, n, n);
+    op_state->dst = buf;
+    op_state->dst_n = n;
+    h.device_op = op_state;
+    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_op, g->comm,
+                            &h.req[0]));
+    h.count = 1;
+    return h;
+}
+
+Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
+    return all_reduce_any(buf, n, op, g, 1);
+}
+
+void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
+    Handle h = all_reduce_any(buf, n, op, g, 0);
+    comm_wait(&h);   // "nccl": nothing to wait for on the host, only the mean to take
+}
+
+// out (size * n): rank r's `in` lands at out[r*n, (r+1)*n)
+void all_gather(float *out, const float *in, size_t n, Group *g) {
+    if (g->size == 1) {
+        if (out != in) device_copy(out, in, n * sizeof(float));
+        return;
+    }
+    if (g->nccl) {
+        ncclCheck(ncclAllGather(in, out, n, ncclFloat, (ncclComm_t)g->nccl, 0));
+        return;
+    }
+    int count = mpi_count(n, "all_gather");
+    Handle h = handle_done();
+    DeviceOp *op = op_new();
+    op->host = host_copy(in, n, n);
+    op->host_recv = (float *)xmalloc((size_t)g->size * n * sizeof(float));
+    op->dst = out;
+    op->dst_n = (size_t)g->size * n;
+    h.device_op = op;
+    mpiCheck(MPI_Iallgather(op->host, count, MPI_FLOAT, op->host_recv, count, MPI_FLOAT, g->comm,
+                            &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+// in (size * n) summed over ranks; this rank keeps block [rank*n, (rank+1)*n) of the sum in out (n)
+void reduce_scatter(float *out, const float *in, size_t n, Group *g) {
+    if (g->size == 1) {
+        if (out != in) device_copy(out, in, n * sizeof(float));
+        return;
+    }
+    if (g->nccl) {
+        ncclCheck(ncclReduceScatter(in, out, n, ncclFloat, ncclSum, (ncclComm_t)g->nccl, 0));
+        return;
+    }
+    int count = mpi_count(n, "reduce_scatter");
+    Handle h = handle_done();
+    DeviceOp *op = op_new();
+    op->host = host_copy(in, (size_t)g->size * n, (size_t)g->size * n);
+    op->host_recv = (float *)xmalloc(n * sizeof(float));
+    op->dst = out;
+    op->dst_n = n;
+    h.device_op = op;
+    mpiCheck(MPI_Ireduce_scatter_block(op->host, op->host_recv, count, MPI_FLOAT, MPI_SUM,
+                                       g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+void broadcast(float *buf, size_t n, int root, Group *g) {
+    if (root < 0 || root >= g->size)
+        FAIL("the root is a rank inside the group", "broadcast root %d in a group of %d", root,
+             g->size);
+    if (g->size == 1 || n == 0) return;
+    if (g->nccl) {
+        ncclCheck(ncclBroadcast(buf, buf, n, ncclFloat, root, (ncclComm_t)g->nccl, 0));
+        return;
+    }
+    int count = mpi_count(n, "broadcast");
+    Handle h = handle_done();
+    DeviceOp *op = op_new();
+    op->host = host_copy(buf, g->rank == root ? n : 0, n);
+    if (g->rank != root) {
+        op->dst = buf;
+        op->dst_n = n;
+    }
+    h.device_op = op;
+    mpiCheck(MPI_Ibcast(op->host, count, MPI_FLOAT, root, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+// A lone send or recv needs another rank of the group at the other end; send_recv may name
+// itself (its receive is already posted), as on the CPU.
+static void check_peer(int peer, int allow_self, const char *what, Group *g) {
+    if (peer < 0 || peer >= g->size || (peer == g->rank && !allow_self))
+        FAIL("point-to-point peers are ranks of the same group (pp_prev/pp_next, the cp ring); "
+             "skip the call when the axis has size 1",
+             "%s peer %d from rank %d in a group of %d", what, peer, g->rank, g->size);
+}
+
+void send(const float *buf, size_t n, int dst, Group *g) {
+    check_peer(dst, 0, "send", g);
+    if (g->nccl) {
+        ncclCheck(ncclSend(buf, n, ncclFloat, dst, (ncclComm_t)g->nccl, 0));
+        return;
+    }
+    int count = mpi_count(n, "send");
+    Handle h = handle_done();
+    DeviceOp *op = op_new();
+    op->host = host_copy(buf, n, n);
+    h.device_op = op;
+    mpiCheck(MPI_Isend(op->host, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+void recv(float *buf, size_t n, int src, Group *g) {
+    check_peer(src, 0, "recv", g);
+    if (g->nccl) {
+        ncclCheck(ncclRecv(buf, n, ncclFloat, src, (ncclComm_t)g->nccl, 0));
+        return;
+    }
+    int count = mpi_count(n, "recv");
+    Handle h = handle_done();
+    DeviceOp *op = op_new();
+    op->host = (float *)xmalloc(n * sizeof(float));
+    op->dst = buf;
+    op->dst_n = n;
+    h.device_op = op;
+    mpiCheck(MPI_Irecv(op->host, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
+
+static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int src, size_t n,
+                            Group *g, int async) {
+    Handle h = handle_done();
+    if (g->size == 1 && dst == 0 && src == 0) {   // a ring of one: the block comes straight back
+        if (recvbuf != sendbuf) device_copy(recvbuf, sendbuf, n * sizeof(float));
+        return h;
+    }
+    check_peer(dst, 1, "send_recv destination", g);
+    check_peer(src, 1, "send_recv source", g);
+    if (g->nccl) {
+        cudaStream_t stream = async ? comm_stream : 0;
+        if (async) comm_stream_after_compute();
+        // grouped, so the ring's simultaneous sends and receives cannot wait on each other
+        ncclCheck(ncclGroupStart());
+        ncclCheck(ncclSend(sendbuf, n, ncclFloat, dst, (ncclComm_t)g->nccl, stream));
+        ncclCheck(ncclRecv(recvbuf, n, ncclFloat, src, (ncclComm_t)g->nccl, stream));
+        ncclCheck(ncclGroupEnd());
+        if (async) record_done(&h);
+        return h;
+    }
+    int count = mpi_count(n, "send_recv");
+    DeviceOp *op = op_new();
+    op->host = host_copy(sendbuf, n, n);
+    op->host_recv = (float *)xmalloc(n * sizeof(float));
+    op->dst = recvbuf;
+    op->dst_n = n;
+    h.device_op = op;
+    // the receive is posted before the send, so a ring that sends all at once never waits on itself
+    mpiCheck(MPI_Irecv(op->host_recv, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
+    mpiCheck(MPI_Isend(op->host, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[1]));
+    h.count = 2;
+    return h;
+}
+
+Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n,
+                       Group *g) {
+    return send_recv_any(sendbuf, dst, recvbuf, src, n, g, 1);
+}
+
+void send_recv(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g) {
+    Handle h = send_recv_any(sendbuf, dst, recvbuf, src, n, g, 0);
+    comm_wait(&h);
+}
+
+// the kernels queued so far finish first, so a timer read after the barrier means what it says
+void barrier(Group *g) {
+    device_synchronize();
+    if (g->size == 1) return;
+    Handle h = handle_done();
+    mpiCheck(MPI_Ibarrier(g->comm, &h.req[0]));
+    h.count = 1;
+    comm_wait(&h);
+}
