@@ -8,6 +8,7 @@ BUILD   ?= build
 NP      ?= 8
 
 ifeq ($(GPU),1)
+  CFLAGS   += -DPICOTRON_GPU
   CUDA_HOME ?= /usr/local/cuda
   CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
   NVCC      = $(CUDA_HOME)/bin/nvcc
@@ -23,7 +24,7 @@ else
   LDLIBS   += -lblis
 endif
 
-CORE_SRC = utils.c config.c data.c model.c optimizer.c process_group_manager.c data_parallel.c \
+CORE_SRC = utils.c config.c data.c model.c model_memory.c optimizer.c process_group_manager.c data_parallel.c \
            tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))

@@ -105,7 +105,7 @@ typedef struct {
 
 // the numbers of each model's config.json on the Hugging Face hub
 static const Preset presets[] = {
-    {"picotron-tiny", 128, 384, 4, 4, 2, 256, 1024, 1, 1e-5f, 10000.0f}, // byte tokenizer
+    {"picotron-tiny", 128, 384, 4, 4, 2, 256, 1024, 0, 1e-5f, 10000.0f}, // byte tokenizer
     {"HuggingFaceTB/SmolLM-135M", 576, 1536, 30, 9, 3, 49152, 2048, 1, 1e-5f, 10000.0f},
     {"HuggingFaceTB/SmolLM-360M", 960, 2560, 32, 15, 5, 49152, 2048, 1, 1e-5f, 10000.0f},
     {"HuggingFaceTB/SmolLM-1.7B", 2048, 8192, 24, 32, 32, 49152, 2048, 1, 1e-5f, 10000.0f},

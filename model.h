@@ -75,6 +75,9 @@ typedef struct Model {
 } Model;
 
 void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, int num_slots);
+// model_memory.c: activation slots and backward buffers; cos/sin (T, D/2) at these positions
+void model_alloc_buffers(Model *model, int num_slots);
+void model_rope_tables(Model *model, const int *positions);
 void model_free(Model *model);
 const ParamInfo *model_find_param(const Model *model, const char *name);
 

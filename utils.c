@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int world_rank(void) {
     int initialized = 0, finalized = 0, rank = 0;
@@ -44,6 +45,11 @@ void user_error(const char *fmt, ...) {
     va_end(ap);
     // every rank hits the same bad input; rank 0 alone speaks so the user reads it once
     if (world_rank() == 0) fprintf(stderr, "%s\n", msg);
+    // MPI_Abort kills every rank at once and mpirun may drop output it has not forwarded yet:
+    // rank 0 gives it a moment, the others wait for rank 0 to speak first
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) usleep(world_rank() == 0 ? 200000 : 2000000);
     end_job(1);
 }
 
@@ -52,7 +58,8 @@ void mpi_check(int err, const char *what, const char *file, int line) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(err, msg, &len);
-    fail_at(file, line, "dp*tp*pp*cp in the config must equal the number of ranks (mpirun -np)",
+    fail_at(file, line,
+            "another rank may have failed first (see its message), or mpirun -np is wrong",
             "%s failed: %s", what, msg);
 }
 
