@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STEPS=${STEPS:-100}
+STEPS=${STEPS:-60}
 TP=${TP:-2}
 PP=${PP:-2}
 NP=${NP:-$(( ${DP:-2} * TP * PP ))}
@@ -26,7 +26,7 @@ PP_ENGINE=${PP_ENGINE:-1f1b}
 MODEL=${MODEL:-picotron-tiny}
 SEQ_LEN=${SEQ_LEN:-128}
 MBS=${MBS:-4}
-GRAD_ACC=${GRAD_ACC:-4}
+GRAD_ACC=${GRAD_ACC:-2}
 DATASET=${DATASET:-data/austen.txt}
 EXP=picotron-tiny-3d
 
@@ -40,6 +40,6 @@ run() {
 }
 run ./create_config --out_dir tmp --exp_name "$EXP" --dp "$DP" --tp "$TP" --pp "$PP" \
     --pp_engine "$PP_ENGINE" --model_name "$MODEL" --seq_len "$SEQ_LEN" --mbs "$MBS" \
-    --grad_acc_steps "$GRAD_ACC" --total_train_steps "$STEPS" --dataset "$DATASET" --use_cpu \
+    --grad_acc_steps "$GRAD_ACC" --total_train_steps "$STEPS" --dataset "$DATASET" --learning_rate 1e-3 --use_cpu \
     --overwrite
 run mpirun -np "$NP" ./train --config "tmp/$EXP/config.json"

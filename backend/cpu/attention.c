@@ -13,11 +13,12 @@
 
 #define TILE 64
 
-// exp(x) to ~1 ulp, written so that gcc vectorises the softmax loops (libm's expf is a call per
-// element there, which costs as much as both GEMMs). Cephes' expf: x = n ln2 + r, |r| <= ln2/2,
-// exp(r) by a minimax polynomial, 2^n put into the exponent bits. exp(-inf) = exactly 0, as the
-// causal mask needs; a NaN stays a NaN. Inputs above 88 (never: softmax arguments are <= ~0)
-// would saturate.
+// exp(x) written so that gcc vectorises the softmax loops (libm's expf is a call per element
+// there, which cost as much as both GEMMs). Cephes' expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by
+// a minimax polynomial, 2^n put into the exponent bits. Within 1.02 ulp of exp on [-87, 1]
+// (checked against double exp on every third float); 0 below -87, where exp < 1.7e-38, so the
+// causal mask's exp(-inf) is exactly 0; a NaN stays a NaN. Softmax arguments are <= ~0, and
+// anything above 88 would saturate.
 static inline float exp_approx(float x) {
     union { float f; uint32_t u; } t, scale;
     float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
