@@ -40,6 +40,6 @@ run() {
 }
 run ./create_config --out_dir tmp --exp_name "$EXP" --dp "$DP" --tp "$TP" --pp "$PP" \
     --pp_engine "$PP_ENGINE" --model_name "$MODEL" --seq_len "$SEQ_LEN" --mbs "$MBS" \
-    --grad_acc_steps "$GRAD_ACC" --total_train_steps "$STEPS" --dataset "$DATASET" --learning_rate 1e-3 --use_cpu \
-    --overwrite
+    --grad_acc_steps "$GRAD_ACC" --total_train_steps "$STEPS" --dataset "$DATASET" \
+    --learning_rate 1e-3 --use_cpu --overwrite
 run mpirun -np "$NP" ./train --config "tmp/$EXP/config.json"
