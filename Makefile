@@ -1,9 +1,10 @@
 # picotron.c: `make` builds ./train and ./create_config for the CPU; `make GPU=1` for CUDA.
 # `make run` and `make test` first install what is missing (scripts/install_deps.sh).
 CC       = mpicc
-CFLAGS  ?= -O2 -march=native -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -fopenmp -I. $(shell pkg-config --cflags libcjson 2>/dev/null)
-LDLIBS   = -lcjson -lm -fopenmp
+OPT     ?= -O2 -march=native -g
+SANITIZE ?=
+CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
+LDLIBS   = -lcjson -lm -fopenmp $(SANITIZE)
 BUILD   ?= build
 NP      ?= 8
 
@@ -37,6 +38,9 @@ train: $(BUILD)/train.o $(CORE_OBJ)
 	$(CC) -o $@ $^ $(LDLIBS)
 create_config: $(BUILD)/create_config.o $(CORE_OBJ)
 	$(CC) -o $@ $^ $(LDLIBS)
+$(BUILD)/bin/%: $(BUILD)/%.o $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/%: tests/%.c $(CORE_OBJ) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
@@ -62,10 +66,16 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/run_tests.sh
 
-# the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
+# the same tests under AddressSanitizer and UndefinedBehaviorSanitizer: the sanitized binaries
+# stand in for ./train and ./create_config during the run, then go (the next make relinks)
+ASAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 test-asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" all
-	@ASAN_OPTIONS=detect_leaks=0 PICOTRON_BUILD=build-asan bash tests/run_tests.sh
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" SANITIZE="$(ASAN)" \
+	    build-asan/bin/train build-asan/bin/create_config \
+	    $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
+	@cp build-asan/bin/train build-asan/bin/create_config .
+	@ASAN_OPTIONS=detect_leaks=0 PICOTRON_BUILD=build-asan bash tests/run_tests.sh; \
+	    status=$$?; rm -f train create_config; exit $$status
 
 format:
 	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c

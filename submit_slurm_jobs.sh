@@ -124,7 +124,8 @@ while IFS= read -r cfg; do
     [ $nested = 1 ] || jobs+=("$d")
 done < <(find "$inp_dir" -name config.json -type f | LC_ALL=C sort)
 [ ${#jobs[@]} -gt 0 ] ||
-    die "no config.json in $inp_dir or its folders: write configs with ./create_config --out_dir $inp_dir ..."
+    die "no config.json in $inp_dir or its folders:" \
+        "write configs with ./create_config --out_dir $inp_dir ..."
 
 job_name() { # path relative to inp_dir ("." for inp_dir itself)
     local n=${1#"$inp_dir"}
@@ -182,7 +183,7 @@ settle() {
 }
 
 print_table() {
-    local s d n counts=""
+    local s d n
     echo "| job | status | slurm id |"
     for d in "${jobs[@]}"; do
         echo "| $(job_name "$d") | $(get_status "$d") | $(head -n1 "$d/job_id.txt" 2>/dev/null) |"
@@ -234,7 +235,7 @@ write_job_script() {
     is_posint "$omp" || omp=1
 
     local launch="srun --mpi=pmi2"
-    [ $launcher = mpirun ] && launch="mpirun -np \$SLURM_NTASKS"
+    [ "$launcher" = mpirun ] && launch="mpirun -np \$SLURM_NTASKS"
     {
         echo "#!/bin/bash"
         echo "# picotron.c job, written by submit_slurm_jobs.sh: $world ranks" \
@@ -307,8 +308,10 @@ if [ $dry_run = 1 ]; then
     exit 0
 fi
 command -v sbatch >/dev/null 2>&1 ||
-    die "sbatch not found in PATH: run this on a Slurm login node, or use --dry_run to only write job.slurm files"
-[ -x "$train" ] || die "$train not found: build it with make (make GPU=1 for GPUs) or pass --train PATH"
+    die "sbatch not found in PATH: run this on a Slurm login node," \
+        "or use --dry_run to only write job.slurm files"
+[ -x "$train" ] ||
+    die "$train not found: build it with make (make GPU=1 for GPUs) or pass --train PATH"
 
 # --nb_slurm_array N: N chains of consecutive jobs; a job starts after the one before it in its
 # chain has ended, whatever its outcome (afterany), so at most N run at once.

@@ -16,13 +16,14 @@ tools=$root/../shared/tools
 skip() { echo "$*"; exit 77; }
 [ -x "$tools/start-local-slurm.sh" ] || skip "no $tools/start-local-slurm.sh (CI has ../shared)"
 [ "$(id -u)" = 0 ] || skip "needs root to start a local Slurm cluster"
-[ -x ./train ] && [ -x ./create_config ] || skip "./train or ./create_config is not built (make)"
+{ [ -x ./train ] && [ -x ./create_config ]; } || skip "./train or ./create_config is not built"
 
 tmp=$(mktemp -d /tmp/t70.XXXXXX)
 started=0
 cleanup() {
     local ids
     ids=$(cat "$tmp"/*/*/job_id.txt 2>/dev/null | tr '\n' ' ')
+    # shellcheck disable=SC2086  # one argument per job id
     [ -n "$ids" ] && command -v scancel >/dev/null && scancel $ids 2>/dev/null
     [ $started = 1 ] && timeout 120 "$tools/stop-local-slurm.sh" >/dev/null 2>&1
     rm -rf "$tmp"
@@ -59,7 +60,10 @@ wait_jobs() { # wait_jobs JOB...: until none is init, pending or running (settle
         busy=0
         for j; do case "$(status "$j")" in init | pending | running) busy=1 ;; esac; done
         [ $busy = 0 ] && return 0
-        [ "$(date +%s)" -ge $deadline ] && { echo "FAIL: jobs still busy after ${WAIT_S}s"; return 1; }
+        if [ "$(date +%s)" -ge $deadline ]; then
+            echo "FAIL: jobs still busy after ${WAIT_S}s"
+            return 1
+        fi
         sleep 2
         n=$((n + 1))
         if [ $((n % 5)) = 0 ]; then

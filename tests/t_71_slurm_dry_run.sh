@@ -115,8 +115,8 @@ one_line_error "12 ranks on 8-GPU nodes" "world size 12 .*not a multiple of 8" \
     ./submit_slurm_jobs.sh --inp_dir "$tmp/bad12" --gpus_per_node 8 --dry_run
 one_line_error "16 ranks, --max_nodes 1" "needs 2 nodes of 8 ranks, more than --max_nodes 1" \
     ./submit_slurm_jobs.sh --inp_dir "$tmp/gpu" --max_nodes 1 --dry_run
-one_line_error "bad --only" "--only done: expected one of" \
-    ./submit_slurm_jobs.sh --inp_dir "$tmp/gpu" --only done --dry_run
+one_line_error "bad --only" "--only finished: expected one of" \
+    ./submit_slurm_jobs.sh --inp_dir "$tmp/gpu" --only finished --dry_run
 one_line_error "extract_metrics: folder without config.json" "no config.json in" \
     ./extract_metrics.sh --inp_dir "$tmp/empty"
 

@@ -3,13 +3,13 @@
 #include "backend/cuda/common.h"
 #include <math.h>
 
-__global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v,
-                                    size_t n, float decay, float w1, float w2, float beta2,
-                                    float eps, float step_size, float bc2_sqrt) {
+__global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n,
+                                    float decay, float w1, float w2, float beta2, float eps,
+                                    float step_size, float bc2_sqrt) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = grads[i];
-    float p = params[i] * decay;   // p *= 1 - lr * wd
+    float p = params[i] * decay; // p *= 1 - lr * wd
     // torch's lerp switches formula at weight 0.5 for accuracy
     float mi = m[i];
     mi = w1 < 0.5f ? mi + w1 * (g - mi) : g - (g - mi) * (1.0f - w1);

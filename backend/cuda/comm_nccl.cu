@@ -15,14 +15,14 @@
 #include <sched.h>
 #include <string.h>
 
-#define TAG 0   // one tag: MPI keeps the point-to-point messages of two ranks in order
+#define TAG 0 // one tag: MPI keeps the point-to-point messages of two ranks in order
 
 // What a communication in flight needs at comm_wait(), beyond the MPI requests in the Handle.
 typedef struct {
-    cudaEvent_t done;   // "nccl": recorded on comm_stream after the op; NULL for "mpi"
-    float *host;        // "mpi": the host copy MPI sends from (or reduces in place)
-    float *host_recv;   // "mpi": the host buffer MPI receives into, when not `host`
-    float *dst;         // "mpi": the device buffer the received floats land in at the end
+    cudaEvent_t done; // "nccl": recorded on comm_stream after the op; NULL for "mpi"
+    float *host;      // "mpi": the host copy MPI sends from (or reduces in place)
+    float *host_recv; // "mpi": the host buffer MPI receives into, when not `host`
+    float *dst;       // "mpi": the device buffer the received floats land in at the end
     size_t dst_n;
 } DeviceOp;
 
@@ -30,10 +30,14 @@ static int backend_is_nccl(void) {
     static int nccl = -1;
     if (nccl >= 0) return nccl;
     const char *name = getenv("PICOTRON_COMM_BACKEND");
-    if (!name || !name[0] || strcmp(name, "nccl") == 0) nccl = 1;
-    else if (strcmp(name, "mpi") == 0) nccl = 0;
-    else user_error("distributed.backend = \"%s\" is not a communication backend: use \"nccl\" "
-                    "or \"mpi\"", name);
+    if (!name || !name[0] || strcmp(name, "nccl") == 0)
+        nccl = 1;
+    else if (strcmp(name, "mpi") == 0)
+        nccl = 0;
+    else
+        user_error("distributed.backend = \"%s\" is not a communication backend: use \"nccl\" "
+                   "or \"mpi\"",
+                   name);
     return nccl;
 }
 
@@ -60,9 +64,11 @@ static void check_one_gpu_per_rank(Group *g) {
     mpiCheck(MPI_Comm_free(&node));
     if (shared > 1) {
         char msg[512];
-        snprintf(msg, sizeof msg, "distributed.backend = \"nccl\" needs one GPU per rank, but %d "
+        snprintf(msg, sizeof msg,
+                 "distributed.backend = \"nccl\" needs one GPU per rank, but %d "
                  "ranks of one group share GPU %d (this node has %d): set distributed.backend to "
-                 "\"mpi\" or start at most %d ranks per node", shared, device, count, count);
+                 "\"mpi\" or start at most %d ranks per node",
+                 shared, device, count, count);
         // user_error speaks from world rank 0 only, which may not be in this group
         if (g->rank == 0 && world_rank() != 0) fprintf(stderr, "%s\n", msg);
         user_error("%s", msg);
@@ -101,7 +107,7 @@ static Handle handle_done(void) {
 }
 
 static DeviceOp *op_new(void) {
-    return (DeviceOp *)xmalloc(sizeof(DeviceOp));   // zeroed
+    return (DeviceOp *)xmalloc(sizeof(DeviceOp)); // zeroed
 }
 
 // "mpi": a host copy of n floats of a device buffer (n = 0: an empty buffer to receive into).
@@ -118,7 +124,7 @@ static void comm_stream_after_compute(void) {
     cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(ready, 0));
     cudaCheck(cudaStreamWaitEvent(comm_stream, ready, 0));
-    cudaCheck(cudaEventDestroy(ready));   // released once the wait is satisfied
+    cudaCheck(cudaEventDestroy(ready)); // released once the wait is satisfied
 }
 
 static void record_done(Handle *h) {
@@ -142,12 +148,13 @@ void comm_wait(Handle *h) {
         if (h->count == 0) break;
         mpiCheck(MPI_Testall(h->count, h->req, &done, status));
         if (done) break;
-        sched_yield();   // let the rank we are waiting for run on this core
+        sched_yield(); // let the rank we are waiting for run on this core
     }
     h->count = 0;
     if (op) {
-        if (op->dst) host_to_device(op->dst, op->host_recv ? op->host_recv : op->host,
-                                    op->dst_n * sizeof(float));
+        if (op->dst)
+            host_to_device(op->dst, op->host_recv ? op->host_recv : op->host,
+                           op->dst_n * sizeof(float));
         free(op->host);
         free(op->host_recv);
         free(op);
@@ -166,7 +173,7 @@ static ncclRedOp_t nccl_op(ReduceOp op) {
 
 static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int async) {
     Handle h = handle_done();
-    if (g->size == 1 || n == 0) return h;   // the sum, mean and max of one copy is that copy
+    if (g->size == 1 || n == 0) return h; // the sum, mean and max of one copy is that copy
     if (op == REDUCE_AVG) {
         h.avg_buf = buf;
         h.avg_n = n;
@@ -186,8 +193,8 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
     op_state->dst_n = n;
     h.device_op = op_state;
     MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
-    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_op, g->comm,
-                            &h.req[0]));
+    mpiCheck(
+        MPI_Iallreduce(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
     h.count = 1;
     return h;
 }
@@ -198,7 +205,7 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
     Handle h = all_reduce_any(buf, n, op, g, 0);
-    comm_wait(&h);   // "nccl": nothing to wait for on the host, only the mean to take
+    comm_wait(&h); // "nccl": nothing to wait for on the host, only the mean to take
 }
 
 // out (size * n): rank r's `in` lands at out[r*n, (r+1)*n)
@@ -243,8 +250,8 @@ void reduce_scatter(float *out, const float *in, size_t n, Group *g) {
     op->dst = out;
     op->dst_n = n;
     h.device_op = op;
-    mpiCheck(MPI_Ireduce_scatter_block(op->host, op->host_recv, count, MPI_FLOAT, MPI_SUM,
-                                       g->comm, &h.req[0]));
+    mpiCheck(MPI_Ireduce_scatter_block(op->host, op->host_recv, count, MPI_FLOAT, MPI_SUM, g->comm,
+                                       &h.req[0]));
     h.count = 1;
     comm_wait(&h);
 }
@@ -318,7 +325,7 @@ void recv(float *buf, size_t n, int src, Group *g) {
 static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int src, size_t n,
                             Group *g, int async) {
     Handle h = handle_done();
-    if (g->size == 1 && dst == 0 && src == 0) {   // a ring of one: the block comes straight back
+    if (g->size == 1 && dst == 0 && src == 0) { // a ring of one: the block comes straight back
         if (recvbuf != sendbuf) device_copy(recvbuf, sendbuf, n * sizeof(float));
         return h;
     }
@@ -349,8 +356,7 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
     return h;
 }
 
-Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n,
-                       Group *g) {
+Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g) {
     return send_recv_any(sendbuf, dst, recvbuf, src, n, g, 1);
 }
 

@@ -1,7 +1,7 @@
 // What every CUDA file of the backend shares: the C interface (extern "C", so the C files of the
 // model link against these definitions), the checking macros, the cuBLAS handle and the streams.
 #pragma once
-#include <mpi.h>   // before the extern "C" block: it has its own C++ guards
+#include <mpi.h> // before the extern "C" block: it has its own C++ guards
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <nccl.h>
@@ -14,9 +14,9 @@ extern "C" {
 
 // Every CUDA, cuBLAS and NCCL call goes through one of these: a failure prints
 // "[rank r] file:line call failed: reason", a hint, and ends the whole job (fail_at: MPI_Abort).
-#define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
+#define cudaCheck(call)   cuda_check((call), #call, __FILE__, __LINE__)
 #define cublasCheck(call) cublas_check((call), #call, __FILE__, __LINE__)
-#define ncclCheck(call) nccl_check((call), #call, __FILE__, __LINE__)
+#define ncclCheck(call)   nccl_check((call), #call, __FILE__, __LINE__)
 // after a kernel launch: a bad launch configuration shows up here, a fault at the next sync
 #define cudaCheckLaunch() cudaCheck(cudaGetLastError())
 

@@ -6,8 +6,7 @@
 #define ROW_THREADS 256
 
 // fmaxf or + over the block, returned to every thread
-template <bool IS_MAX>
-__device__ static float block_reduce(float x) {
+template <bool IS_MAX> __device__ static float block_reduce(float x) {
     __shared__ float warp_vals[ROW_THREADS / 32];
     __shared__ float total;
     x = IS_MAX ? warp_max(x) : warp_sum(x);
@@ -81,8 +80,8 @@ void cross_entropy_max(float *maxes, const float *logits, int N, int V) {
 void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logits,
                           const float *maxes, const int *targets, int N, int V, int vocab_start) {
     if (N == 0) return;
-    cross_entropy_sumexp_kernel<<<N, ROW_THREADS>>>(sumexp, target_logit, logits, maxes, targets,
-                                                    V, vocab_start);
+    cross_entropy_sumexp_kernel<<<N, ROW_THREADS>>>(sumexp, target_logit, logits, maxes, targets, V,
+                                                    vocab_start);
     cudaCheckLaunch();
 }
 
@@ -90,8 +89,7 @@ void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logit
 void cross_entropy_loss(float *losses, const float *maxes, const float *sumexp,
                         const float *target_logit, int N) {
     if (N == 0) return;
-    cross_entropy_loss_kernel<<<blocks_for(N, 256), 256>>>(losses, maxes, sumexp, target_logit,
-                                                           N);
+    cross_entropy_loss_kernel<<<blocks_for(N, 256), 256>>>(losses, maxes, sumexp, target_logit, N);
     cudaCheckLaunch();
 }
 
@@ -100,7 +98,7 @@ void cross_entropy_backward(float *dlogits, const float *logits, const float *ma
                             int vocab_start) {
     if (N == 0 || V == 0) return;
     dim3 grid(blocks_for(V, 256), N);
-    cross_entropy_backward_kernel<<<grid, 256>>>(dlogits, logits, maxes, sumexp, targets, dloss,
-                                                 V, vocab_start);
+    cross_entropy_backward_kernel<<<grid, 256>>>(dlogits, logits, maxes, sumexp, targets, dloss, V,
+                                                 vocab_start);
     cudaCheckLaunch();
 }

@@ -38,7 +38,7 @@ void scale_inplace(float *x, float s, size_t n) {
 // gradient norm sums a whole parameter buffer, where a float accumulator would lose digits.
 // Pass 1: each block sums a grid-stride share into partial[blockIdx.x].
 // Pass 2: one block adds the partials into out[0].
-#define REDUCE_BLOCKS 512
+#define REDUCE_BLOCKS  512
 #define REDUCE_THREADS 256
 
 __device__ static double block_sum(double x) {
@@ -48,7 +48,7 @@ __device__ static double block_sum(double x) {
     __syncthreads();
     x = threadIdx.x < REDUCE_THREADS / 32 ? warp_sums[threadIdx.x] : 0.0;
     if (threadIdx.x < 32) x = warp_sum_double(x);
-    return x;   // valid in thread 0
+    return x; // valid in thread 0
 }
 
 __global__ static void sum_partial_kernel(double *partial, const float *x, size_t n, int squares) {
@@ -70,7 +70,7 @@ __global__ static void sum_final_kernel(float *out, const double *partial, int n
 }
 
 static void sum_any(float *out, const float *x, size_t n, int squares) {
-    static double *partial = NULL;   // REDUCE_BLOCKS doubles, kept for the whole run
+    static double *partial = NULL; // REDUCE_BLOCKS doubles, kept for the whole run
     if (!partial) partial = (double *)device_malloc(REDUCE_BLOCKS * sizeof(double));
     unsigned int blocks = blocks_for(n, REDUCE_THREADS);
     if (blocks > REDUCE_BLOCKS) blocks = REDUCE_BLOCKS;

@@ -8,8 +8,7 @@ __global__ static void embedding_forward_kernel(float *out, const int *tokens, c
     int row = tokens[n] - vocab_start;
     float *out_n = out + (size_t)n * C;
     const float *w = wte + (size_t)row * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        out_n[c] = row >= 0 && row < V ? w[c] : 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) out_n[c] = row >= 0 && row < V ? w[c] : 0.0f;
 }
 
 // One thread per column walks the tokens in order: a repeated token adds into the same row, and

@@ -14,7 +14,8 @@ void backend_init(int local_rank) {
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0)
         user_error("no CUDA GPU found (%s): build for the CPU with `make` and set "
-                   "distributed.use_cpu to true", cudaGetErrorString(err));
+                   "distributed.use_cpu to true",
+                   cudaGetErrorString(err));
     cudaCheck(cudaSetDevice(local_rank % count));
     cublasCheck(cublasCreate(&cublas_handle));
     // fp32 GEMMs stay fp32: no TF32 tensor cores, so the GPU matches the CPU build to 1e-5
@@ -68,21 +69,15 @@ size_t device_memory_used(void) {
 // peak, as picotron does, whatever dtype the model computes in (an fp32 run therefore shows a
 // low MFU: its real ceiling is the fp32 column). The first matching name wins.
 typedef struct {
-    const char *name;   // substring of cudaDeviceProp.name
-    double bf16, fp32;  // bf16 dense tensor core; fp32 without tensor cores
+    const char *name;  // substring of cudaDeviceProp.name
+    double bf16, fp32; // bf16 dense tensor core; fp32 without tensor cores
 } PeakFlops;
 
 static const PeakFlops peak_table[] = {
-    {"H100 PCIe", 756.0e12, 51.2e12},
-    {"H100", 989.5e12, 67.0e12},   // SXM, NVL
-    {"H200", 989.5e12, 67.0e12},
-    {"H800", 989.5e12, 67.0e12},
-    {"GH200", 989.5e12, 67.0e12},
-    {"A100", 312.0e12, 19.5e12},
-    {"A800", 312.0e12, 19.5e12},
-    {"L40S", 362.05e12, 91.6e12},
-    {"A10G", 70.0e12, 31.2e12},
-    {"A10", 125.0e12, 31.2e12},
+    {"H100 PCIe", 756.0e12, 51.2e12}, {"H100", 989.5e12, 67.0e12}, // SXM, NVL
+    {"H200", 989.5e12, 67.0e12},      {"H800", 989.5e12, 67.0e12}, {"GH200", 989.5e12, 67.0e12},
+    {"A100", 312.0e12, 19.5e12},      {"A800", 312.0e12, 19.5e12}, {"L40S", 362.05e12, 91.6e12},
+    {"A10G", 70.0e12, 31.2e12},       {"A10", 125.0e12, 31.2e12},
 };
 
 // PICOTRON_PEAK_FLOPS (FLOP/s) overrides the table; an unknown GPU without it gives 0 (no MFU)
@@ -94,7 +89,8 @@ double device_peak_flops(void) {
         double value = strtod(env, &end);
         if (*end != '\0' || !(value > 0.0))
             user_error("PICOTRON_PEAK_FLOPS = '%s' is not a positive number of FLOP/s (e.g. "
-                       "989.5e12), unset it to use the table of known GPUs", env);
+                       "989.5e12), unset it to use the table of known GPUs",
+                       env);
         return value;
     }
     int dev = 0;
@@ -105,8 +101,10 @@ double device_peak_flops(void) {
         if (strstr(prop.name, peak_table[i].name)) return peak_table[i].bf16;
     static int warned = 0;
     if (!warned && world_rank() == 0)
-        fprintf(stderr, "unknown GPU \"%s\": MFU needs its peak; set environment.peak_flops in the "
-                        "config or PICOTRON_PEAK_FLOPS (FLOP/s)\n", prop.name);
+        fprintf(stderr,
+                "unknown GPU \"%s\": MFU needs its peak; set environment.peak_flops in the "
+                "config or PICOTRON_PEAK_FLOPS (FLOP/s)\n",
+                prop.name);
     warned = 1;
     return 0.0;
 }

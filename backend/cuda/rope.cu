@@ -9,7 +9,7 @@ __global__ static void rotate_kernel(float *x, const float *cos, const float *si
     if (idx >= pairs) return;
     int half = D / 2;
     int i = (int)(idx % half);
-    size_t head = idx / half;              // (b, t, h) flattened
+    size_t head = idx / half; // (b, t, h) flattened
     int t = (int)((head / NH) % T);
     float *xh = x + head * D;
     float c = cos[(size_t)t * half + i], s = dir * sin[(size_t)t * half + i];

@@ -5,30 +5,30 @@
 #pragma once
 #include "backend/backend.h"
 
-#define CPU_TWINS(X) \
-    X(fill) \
-    X(add_inplace) \
-    X(scale_inplace) \
-    X(sum_squares) \
-    X(sum_reduce) \
-    X(matmul_forward) \
-    X(matmul_backward) \
-    X(embedding_forward) \
-    X(embedding_backward) \
-    X(rmsnorm_forward) \
-    X(rmsnorm_backward) \
-    X(rope_forward) \
-    X(rope_backward) \
-    X(attention_forward_block) \
-    X(attention_backward_delta) \
-    X(attention_backward_block) \
-    X(swiglu_forward) \
-    X(swiglu_backward) \
-    X(cross_entropy_max) \
-    X(cross_entropy_sumexp) \
-    X(cross_entropy_loss) \
-    X(cross_entropy_backward) \
-    X(adamw_update) \
+#define CPU_TWINS(X)                                                                               \
+    X(fill)                                                                                        \
+    X(add_inplace)                                                                                 \
+    X(scale_inplace)                                                                               \
+    X(sum_squares)                                                                                 \
+    X(sum_reduce)                                                                                  \
+    X(matmul_forward)                                                                              \
+    X(matmul_backward)                                                                             \
+    X(embedding_forward)                                                                           \
+    X(embedding_backward)                                                                          \
+    X(rmsnorm_forward)                                                                             \
+    X(rmsnorm_backward)                                                                            \
+    X(rope_forward)                                                                                \
+    X(rope_backward)                                                                               \
+    X(attention_forward_block)                                                                     \
+    X(attention_backward_delta)                                                                    \
+    X(attention_backward_block)                                                                    \
+    X(swiglu_forward)                                                                              \
+    X(swiglu_backward)                                                                             \
+    X(cross_entropy_max)                                                                           \
+    X(cross_entropy_sumexp)                                                                        \
+    X(cross_entropy_loss)                                                                          \
+    X(cross_entropy_backward)                                                                      \
+    X(adamw_update)                                                                                \
     X(init_tensor)
 
 #define DECLARE_CPU_TWIN(name) extern __typeof__(name) cpu_##name;

@@ -18,14 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL_ELEM 1e-5
-#define TOL_SUM 5e-5
+#define TOL_ELEM             1e-5
+#define TOL_SUM              5e-5
 #define NORMAL_MISMATCH_RATE 1e-6
 
 static int passed = 0, failed = 0;
 static uint64_t rng_state = 0x12345678abcdefull;
 
-static float uniform(float lo, float hi) {   // xorshift64*
+static float uniform(float lo, float hi) { // xorshift64*
     rng_state ^= rng_state >> 12;
     rng_state ^= rng_state << 25;
     rng_state ^= rng_state >> 27;
@@ -53,7 +53,7 @@ static void check(const char *what, const float *dev, const float *cpu, size_t n
     for (size_t i = 0; i < n; i++) {
         if (isfinite(cpu[i]) != isfinite(gpu[i])) finite = 0;
         if (!isfinite(cpu[i])) {
-            if (cpu[i] != gpu[i]) finite = 0;   // -inf lse of a row that saw no key
+            if (cpu[i] != gpu[i]) finite = 0; // -inf lse of a row that saw no key
             continue;
         }
         double d = fabs((double)gpu[i] - cpu[i]);
@@ -119,7 +119,7 @@ static void test_matmul(void) {
 static void test_embedding(void) {
     int N = 300, C = 96, V = 50, vocab_start = 20;
     int *tokens = xmalloc(N * sizeof(int));
-    for (int n = 0; n < N; n++) tokens[n] = (int)uniform(0, 100);   // repeats, some not here
+    for (int n = 0; n < N; n++) tokens[n] = (int)uniform(0, 100); // repeats, some not here
     float *wte = random_host((size_t)V * C, -1, 1), *out = random_host((size_t)N * C, -1, 1);
     float *dout = random_host((size_t)N * C, -1, 1), *dwte = random_host((size_t)V * C, -1, 1);
     int *d_tokens = to_device(tokens, N * sizeof(int));
@@ -191,9 +191,9 @@ static void test_attention(int B, int T, int H, int KV, int D, int zigzag, int f
         // zig-zag: each rank's chunk holds positions from both ends of the sequence
         int p = zigzag ? (t % 2 ? 4 * T - 1 - t / 2 : T + t / 2) : T + t;
         q_pos[t] = p;
-        k_pos[0][t] = t;        // all before every query
-        k_pos[1][t] = p;        // the queries' own positions
-        k_pos[2][t] = 10 * T + t;   // all in the future
+        k_pos[0][t] = t;          // all before every query
+        k_pos[1][t] = p;          // the queries' own positions
+        k_pos[2][t] = 10 * T + t; // all in the future
     }
     float *q = random_host(nq, -1, 1), *kv[3][2], *d_kv[3][2];
     for (int b = 0; b < 3; b++)
@@ -278,7 +278,7 @@ static void test_cross_entropy(void) {
     int N = 37, V = 1000, vocab_start = 500;
     size_t nl = (size_t)N * V;
     int *targets = xmalloc(N * sizeof(int));
-    for (int n = 0; n < N; n++) targets[n] = (int)uniform(0, 2000);   // some in other shards
+    for (int n = 0; n < N; n++) targets[n] = (int)uniform(0, 2000); // some in other shards
     float *logits = random_host(nl, -8, 8), *dlogits = random_host(nl, -1, 1);
     float *maxes = xmalloc(N * 4), *sumexp = xmalloc(N * 4), *tl = xmalloc(N * 4);
     float *losses = xmalloc(N * 4);
@@ -338,8 +338,8 @@ static void test_init(int kind, int rows, int cols, int row0, int col0, int glob
     size_t allowed = kind == 1 ? (size_t)(n * NORMAL_MISMATCH_RATE) : 0;
     int ok = beyond_ulp == 0 && differ <= allowed;
     printf("  %-4s init_tensor kind %d (%dx%d block of a (.., %d))        %zu of %zu elements "
-           "differ (allowed %zu, 1 ulp)\n", ok ? "ok" : "FAIL", kind, rows, cols, global_cols,
-           differ, n, allowed);
+           "differ (allowed %zu, 1 ulp)\n",
+           ok ? "ok" : "FAIL", kind, rows, cols, global_cols, differ, n, allowed);
     ok ? passed++ : failed++;
     free(cpu), free(gpu), device_free(d);
 }
@@ -359,7 +359,7 @@ int main(int argc, char **argv) {
     test_cross_entropy();
     test_adamw();
     for (int kind = 0; kind < 3; kind++) test_init(kind, 300, 500, 7, 250, 1000);
-    test_init(1, 2048, 2048, 0, 0, 2048);   // the mismatch rate of normals over 4M elements
+    test_init(1, 2048, 2048, 0, 0, 2048); // the mismatch rate of normals over 4M elements
     size_t used = device_memory_used();
     double peak = device_peak_flops();
     int ok = used > 0;
