@@ -104,8 +104,8 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                         float w_old = expf(*lse_i - lse_new);   // 0 while lse = -inf
                         float w_new = expf(tile_lse[r] - lse_new) / tile_sum[r];
                         float *oi = out + (((size_t)b * Tq + i0 + r) * H + h) * D;
-                        const float *or = o + (size_t)r * D;
-                        for (int d = 0; d < D; d++) oi[d] = oi[d] * w_old + or[d] * w_new;
+                        const float *o_r = o + (size_t)r * D;
+                        for (int d = 0; d < D; d++) oi[d] = oi[d] * w_old + o_r[d] * w_new;
                         *lse_i = lse_new;
                     }
                 }
