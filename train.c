@@ -3,6 +3,7 @@
 // buckets, clip, AdamW, log. Run it as: mpirun -np 8 ./train --config tmp/llama-1B/config.json
 #include <mpi.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backend/backend.h"
 #include "checkpoint.h"
@@ -82,8 +83,10 @@ static void log_step(const Model *model, int step, float loss, long tokens_per_s
                      long tokens_seen, double seconds, int world_size) {
     char batch[32], tps[32], tps_device[32], seen[32];
     double tokens_per_second = tokens_per_step / seconds;
-    double mfu = 100.0 * tokens_per_second / world_size * flops_per_token(&model->cfg) /
-                 device_peak_flops();
+    double peak = model->cfg.peak_flops > 0 ? model->cfg.peak_flops : device_peak_flops();
+    double mfu = peak > 0 ? 100.0 * tokens_per_second / world_size * flops_per_token(&model->cfg) /
+                                peak
+                          : 0.0;
     printf("[rank %d] Step: %-5d | Loss: %6.4f | Global batch size: %7s | Tokens/s: %7s | "
            "Tokens/s/GPU: %7s | Tokens: %7s | MFU: %5.2f%% | Memory usage: %6.2fGB\n",
            model->pgm->global_rank, step, loss, readable(batch, tokens_per_step),
@@ -102,9 +105,11 @@ int main(int argc, char **argv) {
     config_validate(&cfg, world_size);
     omp_set_num_threads(cfg.omp_num_threads);
 
+    // the device first: NCCL binds each communicator to the GPU current when it is made
+    setenv("PICOTRON_COMM_BACKEND", cfg.backend, 1);
+    backend_init(local_rank());
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size);
-    backend_init(local_rank());
     Dataset ds;
     dataset_open(&ds, cfg.dataset_name);
     if (ds.vocab_size > cfg.vocab_size)

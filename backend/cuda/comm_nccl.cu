@@ -82,6 +82,9 @@ void group_init(Group *g, MPI_Comm comm) {
     mpiCheck(MPI_Comm_rank(comm, &g->rank));
     mpiCheck(MPI_Comm_size(comm, &g->size));
     if (g->size == 1 || !backend_is_nccl()) return;
+    if (!device_selected)
+        FAIL("call backend_init(local_rank) before process_group_manager_init",
+             "an NCCL communicator binds to the current GPU, and none was selected yet");
     check_one_gpu_per_rank(g);
     ncclUniqueId id;
     if (g->rank == 0) ncclCheck(ncclGetUniqueId(&id));

@@ -48,6 +48,7 @@ static inline void nccl_check(ncclResult_t r, const char *what, const char *file
 // comm_stream (non-blocking) carries the asynchronous collectives, ordered by events.
 extern cublasHandle_t cublas_handle;
 extern cudaStream_t comm_stream;
+extern int device_selected; // backend_init() has run: the GPU, the handle and the stream exist
 
 // a 1-D launch of n threads
 static inline unsigned int blocks_for(size_t n, int threads) {

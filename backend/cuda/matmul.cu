@@ -10,6 +10,8 @@
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc) {
     const float alpha = 1.0f;
+    if (!device_selected)
+        FAIL("call backend_init(local_rank) first", "a GEMM before the GPU was selected");
     cublasCheck(cublasGemmEx(cublas_handle, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, b,
                              CUDA_R_32F, ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));

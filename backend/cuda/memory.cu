@@ -5,6 +5,7 @@
 
 cublasHandle_t cublas_handle;
 cudaStream_t comm_stream;
+int device_selected = 0;
 
 // Rank -> GPU: ranks on one node (local_rank, from MPI_Comm_split_type in train.c) take the GPUs
 // in turn; more ranks than GPUs share them, which only the "mpi" communication backend allows
@@ -22,6 +23,7 @@ void backend_init(int local_rank) {
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
     cublasCheck(cublasSetStream(cublas_handle, 0));
     cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
+    device_selected = 1;
 }
 
 void *device_malloc(size_t bytes) {
