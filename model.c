@@ -26,8 +26,6 @@ static float *add_param(Model *model, float *base, const char *name, int rows, i
     return base ? base + p->offset : NULL;
 }
 
-enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
-
 // Column-parallel weights hold a block of rows, row-parallel ones a block of columns; the
 // linear init bound is picotron's (and torch's) 1/sqrt(fan_in) of the whole tensor.
 static void layout_params(Model *model, float *base) {

@@ -10,13 +10,15 @@
 #define MAX_PARAMS 4096
 #define MAX_SLOTS 64
 
+enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
+
 // One tensor of the flat parameter buffer, named as Hugging Face Llama names it. This rank holds
 // the block [row0, row0+rows) x [col0, col0+cols) of the full (global_rows, global_cols) tensor.
 typedef struct {
     char name[96];
     int rows, cols, row0, col0, global_rows, global_cols;
     size_t offset;             // into params / grads / m / v, in floats
-    int init_kind;             // backend.h init_tensor kinds
+    int init_kind;             // init_tensor's kinds: UNIFORM, NORMAL, CONSTANT
     float init_bound;
     int replicated_tp;         // the same on every tp rank (norms): counted once in norms
 } ParamInfo;
