@@ -108,6 +108,7 @@ int main(int argc, char **argv) {
     // the device first: NCCL binds each communicator to the GPU current when it is made
     setenv("PICOTRON_COMM_BACKEND", cfg.backend, 1);
     backend_init(local_rank());
+    backend_set_dtype(cfg.dtype);
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size);
     Dataset ds;

@@ -12,6 +12,11 @@
 // ---------------------------------------------------------------------------------------------
 // device memory (backend/*/memory.*)
 void backend_init(int local_rank);             // picks the device; a no-op on the CPU
+// The precision of the matrix products: "float32", or "bfloat16" (GPU only) for
+// torch-autocast-style mixed precision: each product reads bf16 copies of its fp32 operands and
+// writes fp32; every buffer the model sees (weights, activations, gradients, AdamW moments) stays
+// fp32. Called once after backend_init; float32 until then.
+void backend_set_dtype(const char *dtype);
 void *device_malloc(size_t bytes);             // zeroed
 void device_free(void *ptr);
 void device_zero(void *ptr, size_t bytes);

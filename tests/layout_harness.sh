@@ -9,6 +9,8 @@ LOSS_TOL=${LOSS_TOL:-1e-5}
 WEIGHT_TOL=${WEIGHT_TOL:-5e-5}
 STEPS=${STEPS:-10}
 BUILD_DIR=${PICOTRON_BUILD:-build}
+# more keys for the distributed section, e.g. '"use_cpu": false, "backend": "mpi"' (tests/gpu)
+HARNESS_DISTRIBUTED_EXTRA=${HARNESS_DISTRIBUTED_EXTRA:-}
 HARNESS_DIR=$(mktemp -d /tmp/picotron-layouts.XXXXXX)
 trap 'rm -rf "$HARNESS_DIR"' EXIT
 harness_failures=0
@@ -24,7 +26,7 @@ run_layout() {
     cat >"$dir/config.json" <<JSON
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
-                 "bucket_size_mb": 1},
+                 "bucket_size_mb": 1${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
            "vocab_size": 256, "tie_word_embeddings": $tied},

@@ -11,6 +11,12 @@
 
 void backend_init(int local_rank) { (void)local_rank; }
 
+// The CPU computes in fp32 only; config_validate already refuses "bfloat16" in this build.
+void backend_set_dtype(const char *dtype) {
+    if (strcmp(dtype, "float32") != 0)
+        FAIL("the CPU build computes in float32", "backend_set_dtype(\"%s\")", dtype);
+}
+
 void *device_malloc(size_t bytes) {
     // aligned_alloc wants a multiple of the alignment
     size_t padded = (bytes + ALIGN - 1) / ALIGN * ALIGN;

@@ -248,6 +248,7 @@ __global__ static void attention_backward_dkv_kernel(float *dk, float *dv, const
 void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
                              const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
                              int KV, int D) {
+    PROFILE(PROFILE_ATTENTION);
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
     float scale = 1.0f / sqrtf((float)D);
     size_t smem = (2 * KT * (D + 1) + 2 * WARPS * D + WARPS * KT) * sizeof(float);
@@ -261,6 +262,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
 // delta (B, H, T) = rowsum(dout * out): the softmax backward's sum_j p_j dp_j, per query row
 void attention_backward_delta(float *delta, const float *dout, const float *out, int B, int T,
                               int H, int D) {
+    PROFILE(PROFILE_ATTENTION);
     size_t rows = (size_t)B * T * H;
     if (rows == 0) return;
     attention_delta_kernel<<<blocks_for(rows * 32, 256), 256>>>(delta, dout, out, T, H, D, rows);
@@ -271,6 +273,7 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               const float *k, const float *v, const float *lse, const float *delta,
                               const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
                               int KV, int D) {
+    PROFILE(PROFILE_ATTENTION);
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
     float scale = 1.0f / sqrtf((float)D);
     size_t smem_dq = (2 * KT * (D + 1) + 3 * WARPS * D + WARPS * KT) * sizeof(float);

@@ -138,6 +138,7 @@ static void record_done(Handle *h) {
 }
 
 void comm_wait(Handle *h) {
+    PROFILE(PROFILE_COMM);
     DeviceOp *op = (DeviceOp *)h->device_op;
     if (op && op->done) {
         cudaError_t st;
@@ -203,16 +204,19 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
 }
 
 Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
+    PROFILE(PROFILE_COMM);
     return all_reduce_any(buf, n, op, g, 1);
 }
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
+    PROFILE(PROFILE_COMM);
     Handle h = all_reduce_any(buf, n, op, g, 0);
     comm_wait(&h); // "nccl": nothing to wait for on the host, only the mean to take
 }
 
 // out (size * n): rank r's `in` lands at out[r*n, (r+1)*n)
 void all_gather(float *out, const float *in, size_t n, Group *g) {
+    PROFILE(PROFILE_COMM);
     if (g->size == 1) {
         if (out != in) device_copy(out, in, n * sizeof(float));
         return;
@@ -237,6 +241,7 @@ void all_gather(float *out, const float *in, size_t n, Group *g) {
 
 // in (size * n) summed over ranks; this rank keeps block [rank*n, (rank+1)*n) of the sum in out (n)
 void reduce_scatter(float *out, const float *in, size_t n, Group *g) {
+    PROFILE(PROFILE_COMM);
     if (g->size == 1) {
         if (out != in) device_copy(out, in, n * sizeof(float));
         return;
@@ -260,6 +265,7 @@ void reduce_scatter(float *out, const float *in, size_t n, Group *g) {
 }
 
 void broadcast(float *buf, size_t n, int root, Group *g) {
+    PROFILE(PROFILE_COMM);
     if (root < 0 || root >= g->size)
         FAIL("the root is a rank inside the group", "broadcast root %d in a group of %d", root,
              g->size);
@@ -292,6 +298,7 @@ static void check_peer(int peer, int allow_self, const char *what, Group *g) {
 }
 
 void send(const float *buf, size_t n, int dst, Group *g) {
+    PROFILE(PROFILE_COMM);
     check_peer(dst, 0, "send", g);
     if (g->nccl) {
         ncclCheck(ncclSend(buf, n, ncclFloat, dst, (ncclComm_t)g->nccl, 0));
@@ -308,6 +315,7 @@ void send(const float *buf, size_t n, int dst, Group *g) {
 }
 
 void recv(float *buf, size_t n, int src, Group *g) {
+    PROFILE(PROFILE_COMM);
     check_peer(src, 0, "recv", g);
     if (g->nccl) {
         ncclCheck(ncclRecv(buf, n, ncclFloat, src, (ncclComm_t)g->nccl, 0));
@@ -360,16 +368,19 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
 }
 
 Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g) {
+    PROFILE(PROFILE_COMM);
     return send_recv_any(sendbuf, dst, recvbuf, src, n, g, 1);
 }
 
 void send_recv(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g) {
+    PROFILE(PROFILE_COMM);
     Handle h = send_recv_any(sendbuf, dst, recvbuf, src, n, g, 0);
     comm_wait(&h);
 }
 
 // the kernels queued so far finish first, so a timer read after the barrier means what it says
 void barrier(Group *g) {
+    PROFILE(PROFILE_COMM);
     device_synchronize();
     if (g->size == 1) return;
     Handle h = handle_done();

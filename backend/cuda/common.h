@@ -69,3 +69,34 @@ __device__ static inline float warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The opt-in profiler (environment PICOTRON_PROFILE=1, read by backend_init): a pair of CUDA
+// events on the compute stream around each backend call, summed per category and printed by
+// world rank 0 at exit (backend/cuda/memory.cu). A call made inside another (comm_wait inside
+// all_reduce, scale_inplace inside comm_wait) counts once, for the outer one. When it is off, a
+// call pays one load and one branch.
+enum ProfileCategory {
+    PROFILE_GEMM,      // matmul_forward/backward, including the bf16 casts of autocast
+    PROFILE_ATTENTION, // attention_* kernels
+    PROFILE_OTHER,     // every other kernel, memset and copy
+    PROFILE_COMM,      // collectives and point-to-point, and waiting for them
+    PROFILE_CATEGORIES
+};
+extern int profile_enabled;
+void profile_begin(int category);
+void profile_end(void);
+
+struct ProfileScope {
+    int on;
+    explicit ProfileScope(int category) : on(profile_enabled) {
+        if (on) profile_begin(category);
+    }
+    ~ProfileScope() {
+        if (on) profile_end();
+    }
+};
+#define PROFILE(category) ProfileScope profile_scope_(category)
+
+// "bfloat16": the matrix products read bf16 copies of their operands (backend/cuda/matmul.cu)
+extern int compute_bf16;

@@ -71,6 +71,7 @@ __global__ static void cross_entropy_backward_kernel(float *dlogits, const float
 
 // logits (N, V), maxes (N)
 void cross_entropy_max(float *maxes, const float *logits, int N, int V) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0) return;
     cross_entropy_max_kernel<<<N, ROW_THREADS>>>(maxes, logits, V);
     cudaCheckLaunch();
@@ -79,6 +80,7 @@ void cross_entropy_max(float *maxes, const float *logits, int N, int V) {
 // maxes are the maxima over the full vocabulary, so every shard's exponentials share one scale
 void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logits,
                           const float *maxes, const int *targets, int N, int V, int vocab_start) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0) return;
     cross_entropy_sumexp_kernel<<<N, ROW_THREADS>>>(sumexp, target_logit, logits, maxes, targets, V,
                                                     vocab_start);
@@ -88,6 +90,7 @@ void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logit
 // -log softmax(logits)[target] = log(sum_j exp(l_j - max)) + max - l_target
 void cross_entropy_loss(float *losses, const float *maxes, const float *sumexp,
                         const float *target_logit, int N) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0) return;
     cross_entropy_loss_kernel<<<blocks_for(N, 256), 256>>>(losses, maxes, sumexp, target_logit, N);
     cudaCheckLaunch();
@@ -96,6 +99,7 @@ void cross_entropy_loss(float *losses, const float *maxes, const float *sumexp,
 void cross_entropy_backward(float *dlogits, const float *logits, const float *maxes,
                             const float *sumexp, const int *targets, float dloss, int N, int V,
                             int vocab_start) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0 || V == 0) return;
     dim3 grid(blocks_for(V, 256), N);
     cross_entropy_backward_kernel<<<grid, 256>>>(dlogits, logits, maxes, sumexp, targets, dloss, V,

@@ -17,18 +17,21 @@ __global__ static void scale_inplace_kernel(float *x, float s, size_t n) {
 }
 
 void fill(float *x, float value, size_t n) {
+    PROFILE(PROFILE_OTHER);
     if (n == 0) return;
     fill_kernel<<<blocks_for(n, 256), 256>>>(x, value, n);
     cudaCheckLaunch();
 }
 
 void add_inplace(float *y, const float *x, size_t n) {
+    PROFILE(PROFILE_OTHER);
     if (n == 0) return;
     add_inplace_kernel<<<blocks_for(n, 256), 256>>>(y, x, n);
     cudaCheckLaunch();
 }
 
 void scale_inplace(float *x, float s, size_t n) {
+    PROFILE(PROFILE_OTHER);
     if (n == 0) return;
     scale_inplace_kernel<<<blocks_for(n, 256), 256>>>(x, s, n);
     cudaCheckLaunch();
@@ -81,9 +84,11 @@ static void sum_any(float *out, const float *x, size_t n, int squares) {
 }
 
 void sum_squares(float *out, const float *x, size_t n) {
+    PROFILE(PROFILE_OTHER);
     sum_any(out, x, n, 1);
 }
 
 void sum_reduce(float *out, const float *x, size_t n) {
+    PROFILE(PROFILE_OTHER);
     sum_any(out, x, n, 0);
 }

@@ -27,6 +27,7 @@ __global__ static void embedding_backward_kernel(float *dwte, const float *dout,
 // out (N, C), tokens (N), wte (V, C)
 void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
                        int vocab_start, int V) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
     embedding_forward_kernel<<<N, 256>>>(out, tokens, wte, C, vocab_start, V);
     cudaCheckLaunch();
@@ -34,6 +35,7 @@ void embedding_forward(float *out, const int *tokens, const float *wte, int N, i
 
 void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C,
                         int vocab_start, int V) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
     embedding_backward_kernel<<<blocks_for(C, 128), 128>>>(dwte, dout, tokens, N, C, vocab_start,
                                                            V);

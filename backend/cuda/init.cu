@@ -47,6 +47,7 @@ __global__ static void init_kernel(float *out, uint64_t key, int kind, float bou
 // tensor; kind 0: uniform(-bound, bound), 1: normal(0, bound), 2: the constant bound
 void init_tensor(float *out, uint64_t seed, uint64_t name_hash, int kind, float bound, int rows,
                  int cols, int row0, int col0, int global_cols) {
+    PROFILE(PROFILE_OTHER);
     size_t n = (size_t)rows * cols;
     if (n == 0) return;
     // one stream per (seed, tensor): mixing twice keeps seed s, name n apart from seed n, name s

@@ -1,39 +1,107 @@
-// The linear layer's products through cuBLAS, in fp32 (CUBLAS_COMPUTE_32F: no TF32).
-// cuBLAS is column-major; a row-major (R, K) matrix is the column-major (K, R) one, its
-// transpose. So each row-major product below is written as the product of the transposes:
+// The linear layer's products through cuBLAS. cuBLAS is column-major; a row-major (R, K) matrix
+// is the column-major (K, R) one, its transpose. So each row-major product below is written as
+// the product of the transposes:
 //   out = inp @ W^T        (row-major)  <=>  out^T  = W @ inp^T          (column-major)
 //   dinp += dout @ W       (row-major)  <=>  dinp^T += W^T @ dout^T      (column-major)
 //   dW += dout^T @ inp     (row-major)  <=>  dW^T   += inp^T @ dout      (column-major)
 // where, column-major, W is (C, OC) with ld C, inp^T is (C, N) with ld C, dout^T is (OC, N).
+//
+// Precision (backend_set_dtype):
+//   "float32":  fp32 operands, CUBLAS_COMPUTE_32F (no TF32), so the GPU matches the CPU to 1e-5.
+//   "bfloat16": mixed precision as torch.autocast does it: each product casts its fp32 operands
+//               to bf16 copies in one reusable scratch buffer and multiplies them on the tensor
+//               cores, accumulating and writing in fp32 (CUBLAS_COMPUTE_32F; dweight still
+//               accumulates with beta = 1 into the fp32 gradient). Master weights, gradients,
+//               buckets and AdamW moments stay fp32, and so do the activations model.c saves:
+//               this saves GEMM time, not activation memory (picotron's bf16 model would).
 #include "backend/cuda/common.h"
+#include <cuda_bf16.h>
 
-static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+int compute_bf16 = 0;
+
+// The bf16 copies of one product's operands. The compute stream runs in program order, so the
+// next product may overwrite them: nothing reads them after their GEMM.
+static __nv_bfloat16 *scratch = NULL;
+static size_t scratch_elems = 0;
+#define SCRATCH_ALIGN 64 // elements (128 bytes): each operand starts where tensor cores want it
+
+static size_t aligned(size_t n) {
+    return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+}
+
+static __nv_bfloat16 *bf16_scratch(size_t n) {
+    if (n > scratch_elems) {
+        // the GEMMs queued before may still read the old buffer
+        cudaCheck(cudaStreamSynchronize(0));
+        if (scratch) cudaCheck(cudaFree(scratch));
+        cudaCheck(cudaMalloc(&scratch, n * sizeof(__nv_bfloat16)));
+        scratch_elems = n;
+    }
+    return scratch;
+}
+
+// round to nearest even, as torch's .to(torch.bfloat16)
+__global__ static void to_bf16_kernel(__nv_bfloat16 *out, const float *in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+static const void *to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
+    to_bf16_kernel<<<blocks_for(n, 256), 256>>>(out, in, n);
+    cudaCheckLaunch();
+    return out;
+}
+
+// c (m, n) = a (op) @ b (op) + beta * c, column-major; a and b of `type`, c fp32
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *a,
+                 int lda, const void *b, int ldb, float beta, float *c, int ldc,
+                 cudaDataType type) {
     const float alpha = 1.0f;
     if (!device_selected)
         FAIL("call backend_init(local_rank) first", "a GEMM before the GPU was selected");
-    cublasCheck(cublasGemmEx(cublas_handle, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, b,
-                             CUDA_R_32F, ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                             CUBLAS_GEMM_DEFAULT));
+    cublasCheck(cublasGemmEx(cublas_handle, ta, tb, m, n, k, &alpha, a, type, lda, b, type, ldb,
+                             &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T
 void matmul_forward(float *out, const float *inp, const float *weight, int N, int C, int OC) {
+    PROFILE(PROFILE_GEMM);
     if (N == 0 || OC == 0) return;
     if (C == 0) {
         device_zero(out, (size_t)N * OC * sizeof(float));
         return;
     }
+    const void *a = weight, *b = inp;
+    cudaDataType type = CUDA_R_32F;
+    if (compute_bf16) {
+        size_t n_inp = (size_t)N * C, n_w = (size_t)OC * C;
+        __nv_bfloat16 *s = bf16_scratch(aligned(n_inp) + n_w);
+        b = to_bf16(s, inp, n_inp);
+        a = to_bf16(s + aligned(n_inp), weight, n_w);
+        type = CUDA_R_16BF;
+    }
     // column-major: out^T (OC, N) = W^T-as-stored (OC x C, op T of the (C, OC) buffer) @ inp^T
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out, OC);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, a, C, b, C, 0.0f, out, OC, type);
 }
 
 // dinp (N, C) += dout (N, OC) @ weight (OC, C); dweight (OC, C) += dout^T @ inp
 void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
+    PROFILE(PROFILE_GEMM);
     if (N == 0 || C == 0 || OC == 0) return;
+    const void *w = weight, *x = inp, *dy = dout;
+    cudaDataType type = CUDA_R_32F;
+    if (compute_bf16) {
+        size_t n_dout = (size_t)N * OC, n_w = dinp ? (size_t)OC * C : 0;
+        size_t n_inp = dweight ? (size_t)N * C : 0;
+        __nv_bfloat16 *s = bf16_scratch(aligned(n_dout) + aligned(n_w) + n_inp);
+        dy = to_bf16(s, dout, n_dout);
+        if (dinp) w = to_bf16(s + aligned(n_dout), weight, n_w);
+        if (dweight) x = to_bf16(s + aligned(n_dout) + aligned(n_w), inp, n_inp);
+        type = CUDA_R_16BF;
+    }
     // column-major: dinp^T (C, N) += W (C, OC) @ dout^T (OC, N)
-    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 1.0f, dinp, C);
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dy, OC, 1.0f, dinp, C, type);
     // column-major: dW^T (C, OC) += inp^T (C, N) @ (dout^T)^T (N, OC)
-    if (dweight) gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C);
+    if (dweight) gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, C, dy, OC, 1.0f, dweight, C, type);
 }

@@ -7,6 +7,93 @@ cublasHandle_t cublas_handle;
 cudaStream_t comm_stream;
 int device_selected = 0;
 
+// ---------------------------------------------------------------------------------------------
+// The profiler (PICOTRON_PROFILE=1, see common.h). Event pairs wait in a pool and are read in
+// one synchronization when it fills and at exit, so profiling adds no synchronization per call.
+#define PROFILE_POOL 4096
+int profile_enabled = 0;
+static struct {
+    cudaEvent_t start[PROFILE_POOL], end[PROFILE_POOL];
+    int category[PROFILE_POOL];
+    int used;                      // pairs recorded since the last drain
+    int depth;                     // nesting of the backend call in progress
+    int started;                   // `first` was recorded
+    cudaEvent_t first;             // the start of the first profiled call
+    double ms[PROFILE_CATEGORIES]; // GPU milliseconds per category
+    long calls[PROFILE_CATEGORIES];
+    double span_ms; // first profiled call to the end of the last one drained
+    int rank;
+} prof;
+
+// reads and recycles the pairs recorded so far; returns the first CUDA error instead of ending
+// the job, since the report at exit must not call exit again
+static cudaError_t profile_drain(void) {
+    if (prof.used == 0) return cudaSuccess;
+    cudaError_t err = cudaEventSynchronize(prof.end[prof.used - 1]);
+    for (int i = 0; i < prof.used && err == cudaSuccess; i++) {
+        float ms = 0.0f;
+        err = cudaEventElapsedTime(&ms, prof.start[i], prof.end[i]);
+        prof.ms[prof.category[i]] += ms;
+    }
+    float span = 0.0f;
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&span, prof.first, prof.end[prof.used - 1]);
+    prof.span_ms = span;
+    prof.used = 0;
+    return err;
+}
+
+void profile_begin(int category) {
+    if (prof.depth++ > 0) return; // inside another backend call: that one counts
+    if (prof.used == PROFILE_POOL) cudaCheck(profile_drain());
+    prof.category[prof.used] = category;
+    prof.calls[category]++;
+    cudaCheck(cudaEventRecord(prof.start[prof.used], 0));
+    if (!prof.started) cudaCheck(cudaEventRecord(prof.first, 0));
+    prof.started = 1;
+}
+
+void profile_end(void) {
+    if (--prof.depth > 0) return;
+    cudaCheck(cudaEventRecord(prof.end[prof.used], 0));
+    prof.used++;
+}
+
+// at exit, from world rank 0: the time the compute stream spent in each kind of backend call.
+// Overlapped NCCL work on comm_stream is not in it; only the time the compute stream spent
+// issuing or waiting for communication is, i.e. the exposed communication.
+static void profile_report(void) {
+    // exiting from inside a call, or after a CUDA error: the job failed, no report
+    if (prof.depth > 0 || profile_drain() != cudaSuccess) return;
+    if (prof.rank != 0 || prof.span_ms <= 0.0) return;
+    static const char *names[PROFILE_CATEGORIES] = {"GEMM", "attention", "other kernels",
+                                                    "communication"};
+    double in_calls = 0.0;
+    printf("profile: GPU time of rank 0's backend calls on the compute stream\n");
+    for (int c = 0; c < PROFILE_CATEGORIES; c++) {
+        in_calls += prof.ms[c];
+        printf("profile: %-15s %11.2f ms %6.2f%% %9ld calls\n", names[c], prof.ms[c],
+               100.0 * prof.ms[c] / prof.span_ms, prof.calls[c]);
+    }
+    double outside = prof.span_ms - in_calls;
+    printf("profile: %-15s %11.2f ms %6.2f%% (host time between calls: the GPU idles)\n",
+           "outside calls", outside, 100.0 * outside / prof.span_ms);
+    printf("profile: span %.2f ms, from the first profiled call to the end of the last\n",
+           prof.span_ms);
+    fflush(stdout);
+}
+
+static void profile_init(void) {
+    for (int i = 0; i < PROFILE_POOL; i++) {
+        cudaCheck(cudaEventCreate(&prof.start[i]));
+        cudaCheck(cudaEventCreate(&prof.end[i]));
+    }
+    cudaCheck(cudaEventCreate(&prof.first));
+    prof.rank = world_rank();
+    atexit(profile_report); // after the CUDA runtime's own handlers were registered: runs first
+    profile_enabled = 1;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Rank -> GPU: ranks on one node (local_rank, from MPI_Comm_split_type in train.c) take the GPUs
 // in turn; more ranks than GPUs share them, which only the "mpi" communication backend allows
 // (group_init refuses it for "nccl").
@@ -24,6 +111,29 @@ void backend_init(int local_rank) {
     cublasCheck(cublasSetStream(cublas_handle, 0));
     cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
     device_selected = 1;
+    const char *profile = getenv("PICOTRON_PROFILE");
+    if (profile && profile[0] && strcmp(profile, "0") != 0) profile_init();
+}
+
+void backend_set_dtype(const char *dtype) {
+    if (strcmp(dtype, "float32") == 0) {
+        compute_bf16 = 0;
+        return;
+    }
+    if (strcmp(dtype, "bfloat16") != 0)
+        user_error("model.dtype = \"%s\" must be \"float32\" or \"bfloat16\"", dtype);
+    if (!device_selected)
+        FAIL("call backend_init(local_rank) first",
+             "backend_set_dtype before the GPU was selected");
+    int dev = 0;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major < 8) // cuBLAS's bf16 GEMMs need Ampere's tensor cores
+        user_error("model.dtype = \"bfloat16\" needs a GPU of compute capability 8.0 or newer, "
+                   "%s is %d.%d: set model.dtype to \"float32\"",
+                   prop.name, prop.major, prop.minor);
+    compute_bf16 = 1;
 }
 
 void *device_malloc(size_t bytes) {
@@ -39,19 +149,23 @@ void device_free(void *ptr) {
 }
 
 void device_zero(void *ptr, size_t bytes) {
+    PROFILE(PROFILE_OTHER);
     if (bytes) cudaCheck(cudaMemsetAsync(ptr, 0, bytes, 0));
 }
 
 void device_copy(void *dst, const void *src, size_t bytes) {
+    PROFILE(PROFILE_OTHER);
     if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
 }
 
 // synchronous on pageable host memory, so the host buffer may be reused on return, as on the CPU
 void host_to_device(void *dst, const void *src, size_t bytes) {
+    PROFILE(PROFILE_OTHER);
     if (bytes) cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
 void device_to_host(void *dst, const void *src, size_t bytes) {
+    PROFILE(PROFILE_OTHER);
     if (bytes) cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 

@@ -75,6 +75,7 @@ __global__ static void rmsnorm_backward_dweight_kernel(float *dweight, const flo
 // out, inp: (N, C)  weight: (C)  rstd: (N), saved for the backward
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
                      float eps) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
     rmsnorm_forward_kernel<<<N, ROW_THREADS>>>(out, rstd, inp, weight, C, eps);
     cudaCheckLaunch();
@@ -82,6 +83,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
 
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                       const float *weight, const float *rstd, int N, int C) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
     rmsnorm_backward_dinp_kernel<<<N, ROW_THREADS>>>(dinp, dout, inp, weight, rstd, C);
     cudaCheckLaunch();

@@ -29,10 +29,12 @@ static void rotate(float *x, const float *cos, const float *sin, int B, int T, i
 // x: (B, T, NH, D) in place; cos, sin: (T, D/2)
 // out[i] = x[i] cos - x[i + D/2] sin;  out[i + D/2] = x[i + D/2] cos + x[i] sin
 void rope_forward(float *x, const float *cos, const float *sin, int B, int T, int NH, int D) {
+    PROFILE(PROFILE_OTHER);
     rotate(x, cos, sin, B, T, NH, D, 1.0f);
 }
 
 // forward: out = R(theta) x, R orthogonal  =>  dx = R(theta)^T dout = R(-theta) dout
 void rope_backward(float *dx, const float *cos, const float *sin, int B, int T, int NH, int D) {
+    PROFILE(PROFILE_OTHER);
     rotate(dx, cos, sin, B, T, NH, D, -1.0f);
 }

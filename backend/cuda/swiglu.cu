@@ -22,6 +22,7 @@ __global__ static void swiglu_backward_kernel(float *dgate, float *dup, const fl
 }
 
 void swiglu_forward(float *out, const float *gate, const float *up, size_t N) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0) return;
     swiglu_forward_kernel<<<blocks_for(N, 256), 256>>>(out, gate, up, N);
     cudaCheckLaunch();
@@ -29,6 +30,7 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t N) {
 
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t N) {
+    PROFILE(PROFILE_OTHER);
     if (N == 0) return;
     swiglu_backward_kernel<<<blocks_for(N, 256), 256>>>(dgate, dup, dout, gate, up, N);
     cudaCheckLaunch();

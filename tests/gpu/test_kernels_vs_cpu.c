@@ -6,6 +6,15 @@
 //   TOL_SUM  5e-5: GEMM and attention, whose sums over C or Tk keys run in a different order
 //                  (cuBLAS's blocking, the online softmax's rescaling): the float rounding error
 //                  of a length-K sum grows like sqrt(K) * 6e-8, K up to 512 here
+//   bf16 products: against the CPU twin fed the same bf16-rounded operands, TOL_BF16_SUM 2e-4
+//                  (a bf16 product is exact in fp32, so only the sums differ, and tensor cores
+//                  may align the addends of their fp32 sums with less care than IEEE adds: 4x
+//                  TOL_SUM, still 10x below the 2e-3 an operand left unrounded shows); against the
+//                  exact fp32 product, TOL_BF16 1e-2: each operand carries a relative rounding
+//                  error up to 2^-9 = 2e-3, and a length-K sum of such errors with random signs
+//                  stays near that relative to the largest output (2.1e-3 to 2.3e-3 for these
+//                  shapes with torch's bf16 rounding in fp64), while a transposed or misplaced
+//                  operand is off by O(1)
 //   init_tensor:   bit-identical for uniform and constant; normal within 1 ulp on at most 1e-6 of
 //                  the elements (CUDA's double log/cos vs glibc's, see backend/cuda/init.cu)
 // Runs on one GPU; prints one line per comparison and "N passed, N failed" last.
@@ -20,6 +29,8 @@
 
 #define TOL_ELEM             1e-5
 #define TOL_SUM              5e-5
+#define TOL_BF16_SUM         2e-4
+#define TOL_BF16             1e-2
 #define NORMAL_MISMATCH_RATE 1e-6
 
 static int passed = 0, failed = 0;
@@ -113,6 +124,54 @@ static void test_matmul(void) {
     check("matmul_backward dinp = NULL", d_dw, dw, (size_t)OC * C, TOL_SUM);
     free(inp), free(w), free(out), free(dout), free(dinp), free(dw);
     device_free(d_inp), device_free(d_w), device_free(d_out), device_free(d_dout);
+    device_free(d_dinp), device_free(d_dw);
+}
+
+// round to nearest even, as __float2bfloat16_rn (no NaN or inf in these inputs)
+static float *bf16_rounded(const float *x, size_t n) {
+    float *r = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&r[i], &u, 4);
+    }
+    return r;
+}
+
+// backend_set_dtype("bfloat16"): the products read bf16 copies of fp32 operands, write fp32
+static void test_matmul_bf16(void) {
+    int N = 257, C = 384, OC = 320;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *inp = random_host(nx, -1, 1), *w = random_host(nw, -1, 1);
+    float *dout = random_host(ny, -1, 1), *dinp = random_host(nx, -1, 1);
+    float *dw = random_host(nw, -1, 1);
+    float *inp_r = bf16_rounded(inp, nx), *w_r = bf16_rounded(w, nw);
+    float *dout_r = bf16_rounded(dout, ny);
+    float *out = xmalloc(ny * 4), *out_r = xmalloc(ny * 4);
+    float *dinp_r = xmalloc(nx * 4), *dw_r = xmalloc(nw * 4);
+    memcpy(dinp_r, dinp, nx * 4);
+    memcpy(dw_r, dw, nw * 4);
+    float *d_inp = to_device(inp, nx * 4), *d_w = to_device(w, nw * 4);
+    float *d_dout = to_device(dout, ny * 4), *d_out = device_malloc(ny * 4);
+    float *d_dinp = to_device(dinp, nx * 4), *d_dw = to_device(dw, nw * 4);
+    backend_set_dtype("bfloat16");
+    matmul_forward(d_out, d_inp, d_w, N, C, OC);
+    matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    backend_set_dtype("float32");
+    cpu_matmul_forward(out_r, inp_r, w_r, N, C, OC);
+    cpu_matmul_backward(dinp_r, dw_r, dout_r, inp_r, w_r, N, C, OC);
+    check("bf16 matmul_forward vs rounded operands", d_out, out_r, ny, TOL_BF16_SUM);
+    check("bf16 matmul_backward dinp vs rounded", d_dinp, dinp_r, nx, TOL_BF16_SUM);
+    check("bf16 matmul_backward dweight vs rounded", d_dw, dw_r, nw, TOL_BF16_SUM);
+    cpu_matmul_forward(out, inp, w, N, C, OC);
+    cpu_matmul_backward(dinp, dw, dout, inp, w, N, C, OC);
+    check("bf16 matmul_forward vs fp32", d_out, out, ny, TOL_BF16);
+    check("bf16 matmul_backward dinp vs fp32", d_dinp, dinp, nx, TOL_BF16);
+    check("bf16 matmul_backward dweight vs fp32", d_dw, dw, nw, TOL_BF16);
+    free(inp), free(w), free(dout), free(dinp), free(dw), free(inp_r), free(w_r), free(dout_r);
+    free(out), free(out_r), free(dinp_r), free(dw_r);
+    device_free(d_inp), device_free(d_w), device_free(d_dout), device_free(d_out);
     device_free(d_dinp), device_free(d_dw);
 }
 
@@ -349,6 +408,7 @@ int main(int argc, char **argv) {
     backend_init(0);
     test_elementwise();
     test_matmul();
+    test_matmul_bf16();
     test_embedding();
     test_rmsnorm();
     test_rope();
