@@ -166,7 +166,11 @@ void config_defaults(Config *cfg) {
     cfg->bucket_size_mb = 25;
     strcpy(cfg->model_name, "picotron-tiny");
     config_apply_preset(cfg, cfg->model_name);
+#ifdef PICOTRON_GPU
+    strcpy(cfg->dtype, "bfloat16");  // picotron's default on GPUs (GEMMs in bf16, fp32 master)
+#else
     strcpy(cfg->dtype, "float32");
+#endif
     cfg->seed = 42;
     cfg->learning_rate = 3e-4f;
     cfg->total_train_steps = 200;

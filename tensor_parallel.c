@@ -10,9 +10,9 @@
 //       backward: dinp_r = dout @ W_r             dout is replicated: identity
 // The vocabulary is split too: the embedding gives zeros for tokens outside this rank's range
 // and an all-reduce fills them in; the head is column-parallel over the vocabulary and the loss
-// is built from the shards with three small all-reduces (max, sum of exp, target logit), so no
-// rank ever holds (tokens x vocab) logits. Every rank then holds the same output, which is why
-// RMSNorm weights stay replicated and identical.
+// is built from the shards with two small all-reduces (the max; then the sum of exp and the
+// target logit together), so no rank ever holds (tokens x vocab) logits. Every rank then holds
+// the same output, which is why RMSNorm weights stay replicated and identical.
 #include "tensor_parallel.h"
 #include "backend/backend.h"
 

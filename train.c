@@ -103,6 +103,11 @@ int main(int argc, char **argv) {
     int world_size;
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
     config_validate(&cfg, world_size);
+    // picotron exports the config's environment section; BLIS reads OMP_NUM_THREADS at its first
+    // call, the OpenMP runtime read it before main, so it is told directly
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", cfg.omp_num_threads);
+    setenv("OMP_NUM_THREADS", threads, 1);
     omp_set_num_threads(cfg.omp_num_threads);
 
     // the device first: NCCL binds each communicator to the GPU current when it is made

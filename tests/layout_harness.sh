@@ -16,10 +16,11 @@ trap 'rm -rf "$HARNESS_DIR"' EXIT
 harness_failures=0
 
 # run_layout NAME key=value...   keys: tp cp pp dp ga engine tied layers zigzag async mbs seq
+#                                clip warmup decay (gradient clipping and the lr schedule)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
-    local mbs=2 seq=32 kv
+    local mbs=2 seq=32 clip=0 warmup=0 decay=constant kv
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -31,7 +32,8 @@ run_layout() {
            "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
            "vocab_size": 256, "tie_word_embeddings": $tied},
  "training": {"seed": 7, "learning_rate": 1e-3, "total_train_steps": $STEPS,
-              "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga},
+              "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
+              "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay"},
  "dataset": {"name": "data/pride_and_prejudice.txt"},
  "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $STEPS},
  "logging": {"metrics_file": "$dir/metrics.jsonl"}}
