@@ -3,7 +3,7 @@
 CC       = mpicc
 OPT     ?= -O2 -march=native -g
 SANITIZE ?=
-CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
+CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -fno-math-errno -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
 LDLIBS   = -lcjson -lm -fopenmp $(SANITIZE)
 BUILD   ?= build
 NP      ?= 8

@@ -18,7 +18,7 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
     double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
     float step_size = (float)(lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
-#pragma omp parallel for
+#pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float g = grads[i];
         float p = params[i] * decay;

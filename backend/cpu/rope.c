@@ -13,6 +13,7 @@ static void rotate(float *x, const float *cos, const float *sin, int B, int T, i
             const float *sn = sin + (size_t)t * half;
             for (int h = 0; h < NH; h++) {
                 float *xh = x + (((size_t)b * T + t) * NH + h) * D;
+#pragma omp simd
                 for (int i = 0; i < half; i++) {
                     float x1 = xh[i], x2 = xh[i + half], s = dir * sn[i];
                     xh[i] = x1 * cs[i] - x2 * s;
