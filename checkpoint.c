@@ -6,7 +6,7 @@
 #include "backend/backend.h"
 #include "utils.h"
 
-#define CHECKPOINT_MAGIC 0x50434b50u  // "PCKP"
+#define CHECKPOINT_MAGIC 0x50434b50u // "PCKP"
 
 static void rank_path(char *path, size_t size, const char *dir, int rank) {
     snprintf(path, size, "%s/rank_%05d.bin", dir, rank);
@@ -49,8 +49,10 @@ int checkpoint_load(Model *model, const char *dir) {
     char path[1024];
     rank_path(path, sizeof path, dir, model->pgm->global_rank);
     FILE *f = fopen(path, "rb");
-    if (!f) user_error("checkpoint error: %s not found (checkpoint.load_path must be a folder "
-                       "saved with the same layout)", path);
+    if (!f)
+        user_error("checkpoint error: %s not found (checkpoint.load_path must be a folder "
+                   "saved with the same layout)",
+                   path);
     uint32_t header[4];
     xfread(header, sizeof header, 1, f);
     if (header[0] != CHECKPOINT_MAGIC || header[3] != (uint32_t)model->num_tensors)
@@ -58,9 +60,11 @@ int checkpoint_load(Model *model, const char *dir) {
     ParamInfo *table = xmalloc(header[3] * sizeof(ParamInfo));
     xfread(table, sizeof(ParamInfo), header[3], f);
     for (int i = 0; i < model->num_tensors; i++)
-        if (strcmp(table[i].name, model->table[i].name) || table[i].offset != model->table[i].offset)
+        if (strcmp(table[i].name, model->table[i].name) ||
+            table[i].offset != model->table[i].offset)
             user_error("checkpoint error: %s holds %s where this layout has %s (use the same "
-                       "dp/tp/pp/cp sizes)", path, table[i].name, model->table[i].name);
+                       "dp/tp/pp/cp sizes)",
+                       path, table[i].name, model->table[i].name);
     float *host = xmalloc(model->num_params * sizeof(float));
     float *buffers[3] = {model->params, model->m, model->v};
     for (int i = 0; i < 3; i++) {

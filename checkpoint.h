@@ -11,7 +11,7 @@ int checkpoint_load(Model *model, const char *dir);
 // one tensor of a checkpoint, for tools that compare runs
 typedef struct {
     ParamInfo info;
-    float *data;   // (rows, cols) of this shard
+    float *data; // (rows, cols) of this shard
 } CheckpointTensor;
 // reads every tensor of one rank file; returns how many (0 if the file does not exist)
 int checkpoint_read_file(CheckpointTensor **tensors, const char *path);

@@ -167,7 +167,7 @@ void config_defaults(Config *cfg) {
     strcpy(cfg->model_name, "picotron-tiny");
     config_apply_preset(cfg, cfg->model_name);
 #ifdef PICOTRON_GPU
-    strcpy(cfg->dtype, "bfloat16");  // picotron's default on GPUs (GEMMs in bf16, fp32 master)
+    strcpy(cfg->dtype, "bfloat16"); // picotron's default on GPUs (GEMMs in bf16, fp32 master)
 #else
     strcpy(cfg->dtype, "float32");
 #endif
@@ -189,23 +189,6 @@ void config_defaults(Config *cfg) {
 
 // ---------------------------------------------------------------------------------------------
 // reading
-
-static int edit_distance(const char *a, const char *b) {
-    int la = strlen(a) < 63 ? strlen(a) : 63, lb = strlen(b) < 63 ? strlen(b) : 63;
-    int prev[64], cur[64];
-    for (int j = 0; j <= lb; j++) prev[j] = j;
-    for (int i = 1; i <= la; i++) {
-        cur[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            if (prev[j] + 1 < best) best = prev[j] + 1;
-            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
-            cur[j] = best;
-        }
-        memcpy(prev, cur, sizeof prev);
-    }
-    return prev[lb];
-}
 
 // names the closest known key, then lists them all (one line still)
 static void __attribute__((noreturn)) unknown_key(const char *section, const char *key) {

@@ -6,46 +6,46 @@
 typedef struct {
     // distributed
     int tp_size, cp_size, pp_size, dp_size;
-    char pp_engine[16];        // "afab" or "1f1b"
-    char backend[16];          // "nccl" or "mpi" ("mpi" on the CPU)
+    char pp_engine[16]; // "afab" or "1f1b"
+    char backend[16];   // "nccl" or "mpi" ("mpi" on the CPU)
     int use_cpu;
-    int tp_async;              // async column-parallel linear (nanotron's)
-    int cp_zigzag;             // zig-zag chunk order for a balanced causal ring
-    int bucket_size_mb;        // data-parallel gradient bucket size (picotron: 25)
+    int tp_async;       // async column-parallel linear (nanotron's)
+    int cp_zigzag;      // zig-zag chunk order for a balanced causal ring
+    int bucket_size_mb; // data-parallel gradient bucket size (picotron: 25)
     // model
     char model_name[256];
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
     int num_key_value_heads, vocab_size, max_position_embeddings, tie_word_embeddings;
     float rms_norm_eps, rope_theta;
-    char dtype[16];            // "float32" or "bfloat16" (GPU only)
+    char dtype[16]; // "float32" or "bfloat16" (GPU only)
     // training
     int seed;
     float learning_rate;
     int total_train_steps, seq_length, micro_batch_size, gradient_accumulation_steps;
-    long num_samples;          // 0: no limit
-    long max_tokens;           // 0: no limit
-    float grad_clip;           // max global gradient norm; 0: off (picotron: off)
-    int warmup_steps;          // linear warmup, then cosine decay when lr_decay is "cosine"
-    char lr_decay[16];         // "constant" (picotron) or "cosine"
+    long num_samples;  // 0: no limit
+    long max_tokens;   // 0: no limit
+    float grad_clip;   // max global gradient norm; 0: off (picotron: off)
+    int warmup_steps;  // linear warmup, then cosine decay when lr_decay is "cosine"
+    char lr_decay[16]; // "constant" (picotron) or "cosine"
     float min_lr;
     float weight_decay, adam_beta1, adam_beta2, adam_eps;
     // dataset
-    char dataset_name[512];    // a .txt (byte-tokenised), a token file (.tok) or llm.c .bin
+    char dataset_name[512]; // a .txt (byte-tokenised), a token file (.tok) or llm.c .bin
     // checkpoint
     char save_dir[512];
-    int save_frequency;        // 0: never
+    int save_frequency; // 0: never
     char load_path[512];
     // logging
     char run_name[128];
-    char metrics_file[512];    // JSONL, one object per step; "" for none
+    char metrics_file[512]; // JSONL, one object per step; "" for none
     // environment
     int omp_num_threads;
-    double peak_flops;         // FLOP/s per device for MFU; 0: measure (CPU) or look up (GPU)
+    double peak_flops; // FLOP/s per device for MFU; 0: measure (CPU) or look up (GPU)
 } Config;
 
 // Reads and validates path; every problem is one line naming the key, then exit(1).
 void config_load(Config *cfg, const char *path);
-void config_defaults(Config *cfg);               // picotron's defaults, the tiny model
+void config_defaults(Config *cfg); // picotron's defaults, the tiny model
 void config_validate(const Config *cfg, int world_size);
 // Writes cfg as a complete config.json (create_config uses it); 0 on success
 int config_save(const Config *cfg, const char *path);
@@ -54,4 +54,4 @@ int config_save(const Config *cfg, const char *path);
 // and returns 1, or returns 0 when name is none of them. config_load applies one before the file's
 // own keys, so picotron's configs (architecture keys null) get the model they name.
 int config_apply_preset(Config *cfg, const char *name);
-const char *config_preset_names(void);           // "picotron-tiny, HuggingFaceTB/SmolLM-135M, ..."
+const char *config_preset_names(void); // "picotron-tiny, HuggingFaceTB/SmolLM-135M, ..."

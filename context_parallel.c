@@ -82,12 +82,12 @@ void ring_attention_forward(float *out, float *lse, const float *q, const float 
     fill(lse, -INFINITY, (size_t)B * H * T);
     const float *block = kv;
     for (int step = 0; step < cp; step++) {
-        int src = (rank - step + cp) % cp;  // whose keys and values `block` holds
+        int src = (rank - step + cp) % cp; // whose keys and values `block` holds
         Handle next;
         float *incoming = ra->ring[step % 2];
         if (step + 1 < cp)
-            next = send_recv_start(block, (rank + 1) % cp, incoming, (rank - 1 + cp) % cp,
-                                   kv_size, ra->cp);
+            next = send_recv_start(block, (rank + 1) % cp, incoming, (rank - 1 + cp) % cp, kv_size,
+                                   ra->cp);
         if (!block_is_masked(ra, rank, src)) {
             attention_forward_block(out, lse, q, block, block + half, ra->positions + rank * T,
                                     ra->positions + src * T, B, T, T, H, KV, D);
@@ -108,7 +108,7 @@ void ring_attention_backward(float *dq, float *dkv, const float *dout, const flo
     size_t half = (size_t)B * T * KV * D;
     // delta = rowsum(dout * out) is the same for every block: the softmax is over all keys
     attention_backward_delta(ra->delta, dout, out, B, T, H, D);
-    float *block = ra->ring[0];  // k, v, dk, dv of the block this rank holds
+    float *block = ra->ring[0]; // k, v, dk, dv of the block this rank holds
     device_copy(block, kv, 2 * half * sizeof(float));
     device_zero(block + 2 * half, 2 * half * sizeof(float));
     for (int step = 0; step < cp; step++) {

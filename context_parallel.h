@@ -4,13 +4,13 @@
 
 typedef struct {
     Group *cp;
-    int B, T, H, KV, D;            // T: tokens this rank holds; H, KV: this tp rank's heads
+    int B, T, H, KV, D; // T: tokens this rank holds; H, KV: this tp rank's heads
     int zigzag;
-    int *positions_host;           // (cp, T): global position of each rank's tokens
-    const int *positions;          // the same on the device
-    float *ring[2];                // (4, B, T, KV*D): k, v, then dk, dv, travelling the ring
-    float *delta;                  // (B, H, T)
-    long blocks_computed;          // attention blocks run (skipped ones are not counted)
+    int *positions_host;  // (cp, T): global position of each rank's tokens
+    const int *positions; // the same on the device
+    float *ring[2];       // (4, B, T, KV*D): k, v, then dk, dv, travelling the ring
+    float *delta;         // (B, H, T)
+    long blocks_computed; // attention blocks run (skipped ones are not counted)
 } RingAttention;
 
 // pos (T) = the global positions rank cp_rank holds of a sequence of S tokens

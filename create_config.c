@@ -106,23 +106,6 @@ static void usage(void) {
     printf("presets: %s (an -Instruct suffix is accepted)\n", config_preset_names());
 }
 
-static int edit_distance(const char *a, const char *b) {
-    int la = strlen(a) < 63 ? strlen(a) : 63, lb = strlen(b) < 63 ? strlen(b) : 63;
-    int prev[64], cur[64];
-    for (int j = 0; j <= lb; j++) prev[j] = j;
-    for (int i = 1; i <= la; i++) {
-        cur[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            if (prev[j] + 1 < best) best = prev[j] + 1;
-            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
-            cur[j] = best;
-        }
-        memcpy(prev, cur, sizeof prev);
-    }
-    return prev[lb];
-}
-
 static void __attribute__((noreturn)) unknown_flag(const char *name) {
     int best = INT_MAX;
     const char *closest = NULL;

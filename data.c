@@ -190,8 +190,10 @@ void load_micro_batch(struct Model *model, int slot, const Dataset *ds, int step
     const Config *c = &model->cfg;
     ProcessGroupManager *pgm = model->pgm;
     int B = c->micro_batch_size, S = c->seq_length;
-    int *inputs = xmalloc((size_t)B * S * sizeof(int)), *targets = xmalloc((size_t)B * S * sizeof(int));
-    int *mine = xmalloc((size_t)B * S * sizeof(int)), *mine_t = xmalloc((size_t)B * S * sizeof(int));
+    int *inputs = xmalloc((size_t)B * S * sizeof(int)),
+        *targets = xmalloc((size_t)B * S * sizeof(int));
+    int *mine = xmalloc((size_t)B * S * sizeof(int)),
+        *mine_t = xmalloc((size_t)B * S * sizeof(int));
     dataset_get_batch(inputs, targets, ds, step, micro, c->gradient_accumulation_steps, B, S,
                       pgm->dp_rank, pgm->dp_size, c->num_samples);
     context_parallel_split(mine, inputs, B, S, pgm->cp_rank, pgm->cp_size, c->cp_zigzag);

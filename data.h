@@ -5,10 +5,10 @@
 #include <stdint.h>
 
 typedef struct {
-    int *tokens;        // the whole corpus, every rank holds it (small corpora; mmap later)
+    int *tokens; // the whole corpus, every rank holds it (small corpora; mmap later)
     long num_tokens;
-    int vocab_size;     // largest token id + 1 seen in the file
-    char path[512];     // the file, for error messages
+    int vocab_size; // largest token id + 1 seen in the file
+    char path[512]; // the file, for error messages
 } Dataset;
 
 // path: ".txt" is read as UTF-8 and tokenised byte by byte (vocab 256); ".tok" is this project's

@@ -21,8 +21,8 @@ static void bucket_grads_ready(void *ctx, size_t offset, size_t count) {
         if (first >= end) continue;
         dp->ready[b] += end - first;
         if (dp->ready[b] == dp->size[b]) {
-            dp->handles[b] = all_reduce_start(dp->model->grads + lo, dp->size[b], REDUCE_AVG,
-                                              dp->group);
+            dp->handles[b] =
+                all_reduce_start(dp->model->grads + lo, dp->size[b], REDUCE_AVG, dp->group);
             dp->in_flight[b] = 1;
             if (dp->grads_pending > 0) dp->started_during_backward++;
         }
@@ -33,8 +33,8 @@ void data_parallel_init(DataParallel *dp, Model *model, Group *group, int bucket
     size_t n = model->num_params;
     size_t bucket = (size_t)bucket_size_mb * 1024 * 1024 / sizeof(float);
     if (bucket == 0) bucket = n;
-    *dp = (DataParallel){.model = model, .group = group, .require_backward_grad_sync = 1,
-                         .grads_pending = n};
+    *dp = (DataParallel){
+        .model = model, .group = group, .require_backward_grad_sync = 1, .grads_pending = n};
     dp->num_buckets = (int)((n + bucket - 1) / bucket);
     dp->start = xmalloc(dp->num_buckets * sizeof(size_t));
     dp->size = xmalloc(dp->num_buckets * sizeof(size_t));
@@ -54,7 +54,8 @@ void data_parallel_init(DataParallel *dp, Model *model, Group *group, int bucket
 
 void data_parallel_wait(DataParallel *dp) {
     for (int b = 0; b < dp->num_buckets; b++) {
-        if (dp->in_flight[b]) comm_wait(&dp->handles[b]);
+        if (dp->in_flight[b])
+            comm_wait(&dp->handles[b]);
         else if (dp->group->size > 1)
             FAIL("every parameter's gradient must be reported by model_backward",
                  "bucket %d of %d never became ready", b, dp->num_buckets);

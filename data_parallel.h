@@ -4,14 +4,14 @@
 
 typedef struct {
     Model *model;
-    Group *group;                  // cp*dp: every replica of this rank's parameters
+    Group *group; // cp*dp: every replica of this rank's parameters
     int num_buckets;
-    size_t *start, *size, *ready;  // (num_buckets): a range of the flat gradient buffer
+    size_t *start, *size, *ready; // (num_buckets): a range of the flat gradient buffer
     Handle *handles;
     int *in_flight;
-    int require_backward_grad_sync;   // picotron's name: 0 while accumulating micro-batches
-    size_t grads_pending;             // gradients of this step not ready yet
-    int started_during_backward;      // buckets whose all-reduce began while backward still ran
+    int require_backward_grad_sync; // picotron's name: 0 while accumulating micro-batches
+    size_t grads_pending;           // gradients of this step not ready yet
+    int started_during_backward;    // buckets whose all-reduce began while backward still ran
 } DataParallel;
 
 void data_parallel_init(DataParallel *dp, Model *model, Group *group, int bucket_size_mb);

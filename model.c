@@ -11,67 +11,73 @@
 #include "tensor_parallel.h"
 #include "utils.h"
 
-// Registers one tensor: this rank holds rows [row0, row0+rows) and columns [col0, col0+cols)
-// of the full (global_rows, global_cols) tensor. Returns its place in `base` (NULL: sizing pass).
-static float *add_param(Model *model, float *base, const char *name, int rows, int cols, int row0,
-                        int col0, int global_rows, int global_cols, int kind, float bound) {
+enum { NOT_SPLIT, SPLIT_ROWS, SPLIT_COLS };
+
+// Registers this rank's shard of a (rows, cols) tensor, shaped as Hugging Face stores it: split
+// over tp by rows (column-parallel linears, the vocabulary), by columns (row-parallel linears) or
+// not at all (norms). Returns its place in `base` (NULL: the sizing pass).
+static float *add_param(Model *model, float *base, const char *name, int rows, int cols, int split,
+                        int init_kind, float init_bound) {
+    int tp = model->pgm->tp_size, r = model->pgm->tp_rank;
+    if (model->num_tensors == MAX_PARAMS) FAIL("raise MAX_PARAMS in model.h", "too many tensors");
     ParamInfo *p = &model->table[model->num_tensors++];
-    if (model->num_tensors > MAX_PARAMS) FAIL("raise MAX_PARAMS in model.h", "too many tensors");
-    *p = (ParamInfo){.rows = rows, .cols = cols, .row0 = row0, .col0 = col0,
-                     .global_rows = global_rows, .global_cols = global_cols,
-                     .offset = model->num_params, .init_kind = kind, .init_bound = bound,
-                     .replicated_tp = rows == global_rows && cols == global_cols};
+    memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
-    model->num_params += (size_t)rows * cols;
+    p->global_rows = rows;
+    p->global_cols = cols;
+    p->rows = split == SPLIT_ROWS ? rows / tp : rows;
+    p->cols = split == SPLIT_COLS ? cols / tp : cols;
+    p->row0 = split == SPLIT_ROWS ? r * p->rows : 0;
+    p->col0 = split == SPLIT_COLS ? r * p->cols : 0;
+    p->offset = model->num_params;
+    p->init_kind = init_kind;
+    p->init_bound = init_bound;
+    p->replicated_tp = split == NOT_SPLIT;
+    model->num_params += (size_t)p->rows * p->cols;
     return base ? base + p->offset : NULL;
 }
 
-// Column-parallel weights hold a block of rows, row-parallel ones a block of columns; the
-// linear init bound is picotron's (and torch's) 1/sqrt(fan_in) of the whole tensor.
+// The first stage holds the embedding, the last the final norm and the head (the embedding again
+// when tied). Linear layers start uniform(+-1/sqrt(fan_in)) of the whole tensor, as picotron.
 static void layout_params(Model *model, float *base) {
     const Config *c = &model->cfg;
-    int r = model->pgm->tp_rank, C = model->C, HD = model->H * model->D, KVD = model->KV * model->D, I = model->I;
-    int gHD = c->num_attention_heads * model->D, gKVD = c->num_key_value_heads * model->D;
-    int gI = c->intermediate_size, gV = c->vocab_size;
-    float lin_c = 1.0f / sqrtf(C), lin_hd = 1.0f / sqrtf(gHD), lin_i = 1.0f / sqrtf(gI);
+    int C = c->hidden_size, D = model->D, I = c->intermediate_size, V = c->vocab_size;
+    int HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
+    float lin_c = 1.0f / sqrtf(C), lin_hd = 1.0f / sqrtf(HD), lin_i = 1.0f / sqrtf(I);
     char n[96];
     model->num_tensors = 0;
     model->num_params = 0;
-    int has_embed = model->first_stage || (model->last_stage && c->tie_word_embeddings);
-    if (has_embed)
-        model->embed = add_param(model, base, "model.embed_tokens.weight", model->V, C, r * model->V, 0, gV, C,
-                             NORMAL, 1.0f);
+    if (model->first_stage || (model->last_stage && c->tie_word_embeddings))
+        model->embed =
+            add_param(model, base, "model.embed_tokens.weight", V, C, SPLIT_ROWS, NORMAL, 1.0f);
     for (int l = 0; l < model->L; l++) {
         LayerWeights *w = &model->layers[l];
-        int g = model->layer0 + l;
-#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", g, suffix), n)
-        w->input_layernorm = add_param(model, base, NAME("input_layernorm.weight"), 1, C, 0, 0, 1, C,
-                                       CONSTANT, 1.0f);
-        w->q_proj = add_param(model, base, NAME("self_attn.q_proj.weight"), HD, C, r * HD, 0, gHD, C,
+#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", model->layer0 + l, suffix), n)
+        w->input_layernorm =
+            add_param(model, base, NAME("input_layernorm.weight"), 1, C, NOT_SPLIT, CONSTANT, 1);
+        w->q_proj = add_param(model, base, NAME("self_attn.q_proj.weight"), HD, C, SPLIT_ROWS,
                               UNIFORM, lin_c);
-        w->k_proj = add_param(model, base, NAME("self_attn.k_proj.weight"), KVD, C, r * KVD, 0, gKVD,
-                              C, UNIFORM, lin_c);
-        w->v_proj = add_param(model, base, NAME("self_attn.v_proj.weight"), KVD, C, r * KVD, 0, gKVD,
-                              C, UNIFORM, lin_c);
-        w->o_proj = add_param(model, base, NAME("self_attn.o_proj.weight"), C, HD, 0, r * HD, C, gHD,
+        w->k_proj = add_param(model, base, NAME("self_attn.k_proj.weight"), KVD, C, SPLIT_ROWS,
+                              UNIFORM, lin_c);
+        w->v_proj = add_param(model, base, NAME("self_attn.v_proj.weight"), KVD, C, SPLIT_ROWS,
+                              UNIFORM, lin_c);
+        w->o_proj = add_param(model, base, NAME("self_attn.o_proj.weight"), C, HD, SPLIT_COLS,
                               UNIFORM, lin_hd);
-        w->post_attention_layernorm = add_param(model, base, NAME("post_attention_layernorm.weight"),
-                                                1, C, 0, 0, 1, C, CONSTANT, 1.0f);
-        w->gate_proj = add_param(model, base, NAME("mlp.gate_proj.weight"), I, C, r * I, 0, gI, C,
-                                 UNIFORM, lin_c);
-        w->up_proj = add_param(model, base, NAME("mlp.up_proj.weight"), I, C, r * I, 0, gI, C,
-                               UNIFORM, lin_c);
-        w->down_proj = add_param(model, base, NAME("mlp.down_proj.weight"), C, I, 0, r * I, C, gI,
-                                 UNIFORM, lin_i);
+        w->post_attention_layernorm = add_param(
+            model, base, NAME("post_attention_layernorm.weight"), 1, C, NOT_SPLIT, CONSTANT, 1);
+        w->gate_proj =
+            add_param(model, base, NAME("mlp.gate_proj.weight"), I, C, SPLIT_ROWS, UNIFORM, lin_c);
+        w->up_proj =
+            add_param(model, base, NAME("mlp.up_proj.weight"), I, C, SPLIT_ROWS, UNIFORM, lin_c);
+        w->down_proj =
+            add_param(model, base, NAME("mlp.down_proj.weight"), C, I, SPLIT_COLS, UNIFORM, lin_i);
 #undef NAME
     }
-    if (model->last_stage) {
-        model->norm = add_param(model, base, "model.norm.weight", 1, C, 0, 0, 1, C, CONSTANT, 1.0f);
-        model->lm_head = c->tie_word_embeddings
-                         ? model->embed
-                         : add_param(model, base, "lm_head.weight", model->V, C, r * model->V, 0, gV, C,
-                                     UNIFORM, lin_c);
-    }
+    if (!model->last_stage) return;
+    model->norm = add_param(model, base, "model.norm.weight", 1, C, NOT_SPLIT, CONSTANT, 1);
+    model->lm_head = c->tie_word_embeddings ? model->embed
+                                            : add_param(model, base, "lm_head.weight", V, C,
+                                                        SPLIT_ROWS, UNIFORM, lin_c);
 }
 
 // the same tensor in the gradient buffer
@@ -126,18 +132,6 @@ const ParamInfo *model_find_param(const Model *model, const char *name) {
     return NULL;
 }
 
-void model_set_batch(Model *model, int slot, const int *tokens, const int *targets) {
-    size_t bytes = (size_t)model->B * model->T * sizeof(int);
-    host_to_device(model->slots[slot].tokens, tokens, bytes);
-    host_to_device(model->slots[slot].targets, targets, bytes);
-}
-
-float *model_stage_input(Model *model, int slot) { return model->slots[slot].resid; }
-
-float *model_stage_output(Model *model, int slot) {
-    return model->slots[slot].resid + (size_t)model->L * model->B * model->T * model->C;
-}
-
 // layer l's part of a slot
 typedef struct {
     float *x, *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act, *out;
@@ -147,12 +141,15 @@ static LayerActivations layer_slice(const Model *model, const Activations *a, in
     size_t N = (size_t)model->B * model->T, C = model->C, HD = model->H * model->D;
     size_t KVD = model->KV * model->D, I = model->I;
     float *kv = a->kv + l * 2 * N * KVD;
+    // one line per sublayer reads better than one per field
+    // clang-format off
     return (LayerActivations){
         .x = a->resid + l * N * C, .ln1 = a->ln1 + l * N * C, .rstd1 = a->rstd1 + l * N,
         .q = a->q + l * N * HD, .k = kv, .v = kv + N * KVD, .att = a->att + l * N * HD,
         .lse = a->lse + l * N * model->H, .mid = a->resid_mid + l * N * C,
         .ln2 = a->ln2 + l * N * C, .rstd2 = a->rstd2 + l * N, .gate = a->gate + l * N * I,
         .up = a->up + l * N * I, .act = a->act + l * N * I, .out = a->resid + (l + 1) * N * C};
+    // clang-format on
 }
 
 static void layer_forward(Model *model, const LayerWeights *w, LayerActivations *s) {
@@ -187,8 +184,8 @@ static void layer_backward(Model *model, const LayerWeights *w, const LayerWeigh
     size_t NC = (size_t)N * C, NKVD = (size_t)N * KV * D;
     // forward: out = mid + down_proj(act)
     device_zero(model->dact, (size_t)N * I * sizeof(float));
-    row_parallel_linear_backward(model->dact, dw->down_proj, model->dresid, s->act, w->down_proj,
-                                 N, I, C);
+    row_parallel_linear_backward(model->dact, dw->down_proj, model->dresid, s->act, w->down_proj, N,
+                                 I, C);
     // forward: act = silu(gate) * up
     device_zero(model->dgate, (size_t)N * I * sizeof(float));
     device_zero(model->dup, (size_t)N * I * sizeof(float));
@@ -225,11 +222,12 @@ static void layer_backward(Model *model, const LayerWeights *w, const LayerWeigh
 }
 
 static LayerWeights layer_grads(const Model *model, const LayerWeights *w) {
-    return (LayerWeights){grad_of(model, w->input_layernorm), grad_of(model, w->q_proj),
-                          grad_of(model, w->k_proj),          grad_of(model, w->v_proj),
-                          grad_of(model, w->o_proj),          grad_of(model, w->post_attention_layernorm),
-                          grad_of(model, w->gate_proj),       grad_of(model, w->up_proj),
-                          grad_of(model, w->down_proj)};
+    return (LayerWeights){
+        grad_of(model, w->input_layernorm), grad_of(model, w->q_proj),
+        grad_of(model, w->k_proj),          grad_of(model, w->v_proj),
+        grad_of(model, w->o_proj),          grad_of(model, w->post_attention_layernorm),
+        grad_of(model, w->gate_proj),       grad_of(model, w->up_proj),
+        grad_of(model, w->down_proj)};
 }
 
 float model_forward(Model *model, int slot, float loss_scale) {
@@ -290,8 +288,8 @@ void model_backward(Model *model, int slot) {
     }
     if (model->first_stage) {
         // forward: resid[0] = embedding(tokens)
-        vocab_parallel_embedding_backward(grad_of(model, model->embed), model->dresid, a->tokens,
-                                          N, C, model->vocab_start, V);
+        vocab_parallel_embedding_backward(grad_of(model, model->embed), model->dresid, a->tokens, N,
+                                          C, model->vocab_start, V);
         grads_ready(model, model->embed, model->embed + (size_t)V * C);
     }
     model->slots_in_use--;

@@ -8,7 +8,7 @@
 #include "tensor_parallel.h"
 
 #define MAX_PARAMS 4096
-#define MAX_SLOTS 64
+#define MAX_SLOTS  64
 
 enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
 
@@ -17,10 +17,10 @@ enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
 typedef struct {
     char name[96];
     int rows, cols, row0, col0, global_rows, global_cols;
-    size_t offset;             // into params / grads / m / v, in floats
-    int init_kind;             // init_tensor's kinds: UNIFORM, NORMAL, CONSTANT
+    size_t offset; // into params / grads / m / v, in floats
+    int init_kind; // init_tensor's kinds: UNIFORM, NORMAL, CONSTANT
     float init_bound;
-    int replicated_tp;         // the same on every tp rank (norms): counted once in norms
+    int replicated_tp; // the same on every tp rank (norms): counted once in norms
 } ParamInfo;
 
 // pointers into the flat buffers for one decoder layer
@@ -31,44 +31,44 @@ typedef struct {
 
 // what one micro-batch in flight keeps for its backward (one slot each)
 typedef struct {
-    int *tokens, *targets;     // (N) on the device
-    float *resid;              // (L+1, N, C): input of each layer, then the stage output
-    float *resid_mid;          // (L, N, C): after attention's residual add
-    float *ln1, *ln2;          // (L, N, C)
-    float *rstd1, *rstd2;      // (L, N)
-    float *q, *att;            // (L, N, Hl*D)
-    float *kv;                 // (L, 2, N, KVl*D): k then v, as the context ring sends them
-    float *lse;                // (L, B, Hl, T)
-    float *gate, *up, *act;    // (L, N, Il)
-    float *lnf, *rstdf;        // (N, C), (N): final norm (last stage)
-    float *dlogits;            // (N, Vl): gradient of the loss, computed with the forward
-    float loss;                // mean over this rank's tokens of the micro-batch
+    int *tokens, *targets;  // (N) on the device
+    float *resid;           // (L+1, N, C): input of each layer, then the stage output
+    float *resid_mid;       // (L, N, C): after attention's residual add
+    float *ln1, *ln2;       // (L, N, C)
+    float *rstd1, *rstd2;   // (L, N)
+    float *q, *att;         // (L, N, Hl*D)
+    float *kv;              // (L, 2, N, KVl*D): k then v, as the context ring sends them
+    float *lse;             // (L, B, Hl, T)
+    float *gate, *up, *act; // (L, N, Il)
+    float *lnf, *rstdf;     // (N, C), (N): final norm (last stage)
+    float *dlogits;         // (N, Vl): gradient of the loss, computed with the forward
+    float loss;             // mean over this rank's tokens of the micro-batch
 } Activations;
 
 typedef struct Model {
     Config cfg;
     ProcessGroupManager *pgm;
     // sizes this rank holds (STYLE.md letters)
-    int B, T, C, H, KV, D, I, V, L;   // H, KV, I, V: this tp rank's share; T = seq / cp
-    int layer0;                        // global index of this stage's first layer
-    int vocab_start;                   // first vocab row of this tp rank
+    int B, T, C, H, KV, D, I, V, L; // H, KV, I, V: this tp rank's share; T = seq / cp
+    int layer0;                     // global index of this stage's first layer
+    int vocab_start;                // first vocab row of this tp rank
     int first_stage, last_stage;
     // flat buffers (device) and their table
     ParamInfo table[MAX_PARAMS];
     int num_tensors;
     size_t num_params;
     float *params, *grads, *m, *v;
-    LayerWeights *layers;                // (L), pointers into params
-    float *embed;                        // (Vl, C) first stage, and last stage when tied
-    float *norm, *lm_head;               // last stage; lm_head == embed when tied
-    float *rope_cos, *rope_sin;          // (T, D/2) at the global positions of this rank's tokens
+    LayerWeights *layers;       // (L), pointers into params
+    float *embed;               // (Vl, C) first stage, and last stage when tied
+    float *norm, *lm_head;      // last stage; lm_head == embed when tied
+    float *rope_cos, *rope_sin; // (T, D/2) at the global positions of this rank's tokens
     // activations
     Activations slots[MAX_SLOTS];
     int num_slots, slots_in_use, peak_slots_in_use;
     // buffers shared by all slots: one micro-batch runs at a time
-    float *dresid;                       // (N, C): gradient flowing down the residual stream
-    float *dln, *dq, *datt, *dkv;        // (N, C), (N, Hl*D) x2, (2, N, KVl*D)
-    float *dgate, *dup, *dact, *logits;  // (N, Il) x3, (N, Vl)
+    float *dresid;                      // (N, C): gradient flowing down the residual stream
+    float *dln, *dq, *datt, *dkv;       // (N, C), (N, Hl*D) x2, (2, N, KVl*D)
+    float *dgate, *dup, *dact, *logits; // (N, Il) x3, (N, Vl)
     VocabParallelLossBuffers loss_buffers;
     RingAttention ring;
     // data-parallel hook: called as each layer's gradients are final (NULL: none)
@@ -92,5 +92,5 @@ float model_forward(Model *model, int slot, float loss_scale);
 // Last stage starts from the slot's dlogits; other stages from stage_output_grad(), filled by the
 // pipeline. Leaves the gradient of the stage input in model->dresid.
 void model_backward(Model *model, int slot);
-float *model_stage_input(Model *model, int slot);    // (N, C) resid[0]
-float *model_stage_output(Model *model, int slot);   // (N, C) resid[L]
+float *model_stage_input(Model *model, int slot);  // (N, C) resid[0]
+float *model_stage_output(Model *model, int slot); // (N, C) resid[L]

@@ -6,7 +6,8 @@
 #include "utils.h"
 
 static void alloc_activations(Model *model, Activations *a) {
-    size_t N = (size_t)model->B * model->T, L = model->L, C = model->C, HD = model->H * model->D, KVD = model->KV * model->D;
+    size_t N = (size_t)model->B * model->T, L = model->L, C = model->C, HD = model->H * model->D,
+           KVD = model->KV * model->D;
     a->tokens = device_malloc(N * sizeof(int));
     a->targets = device_malloc(N * sizeof(int));
 #define ALLOC(field, count) a->field = device_malloc((count) * sizeof(float))
@@ -73,12 +74,13 @@ void model_alloc_buffers(Model *model, int num_slots) {
         lb->stats = device_malloc(2 * N * sizeof(float));
         lb->losses = device_malloc(N * sizeof(float));
     }
-    model->loss_buffers.loss_sum = device_malloc(sizeof(float));  // also the loss all-reduce's
+    model->loss_buffers.loss_sum = device_malloc(sizeof(float)); // also the loss all-reduce's
 }
 
 static void free_activations(Activations *a) {
-    float *buffers[] = {a->resid, a->resid_mid, a->ln1, a->ln2, a->rstd1, a->rstd2, a->q, a->kv,
-                        a->att, a->lse, a->gate, a->up, a->act, a->lnf, a->rstdf, a->dlogits};
+    float *buffers[] = {a->resid, a->resid_mid, a->ln1,   a->ln2,    a->rstd1, a->rstd2,
+                        a->q,     a->kv,        a->att,   a->lse,    a->gate,  a->up,
+                        a->act,   a->lnf,       a->rstdf, a->dlogits};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) device_free(buffers[i]);
     device_free(a->tokens);
@@ -87,13 +89,41 @@ static void free_activations(Activations *a) {
 
 void model_free(Model *model) {
     for (int s = 0; s < model->num_slots; s++) free_activations(&model->slots[s]);
-    float *buffers[] = {model->params, model->grads, model->m, model->v, model->rope_cos,
-                        model->rope_sin, model->dresid, model->dln, model->dq, model->datt,
-                        model->dkv, model->dgate, model->dup, model->dact, model->logits,
-                        model->loss_buffers.maxes, model->loss_buffers.stats,
-                        model->loss_buffers.losses, model->loss_buffers.loss_sum};
+    float *buffers[] = {model->params,
+                        model->grads,
+                        model->m,
+                        model->v,
+                        model->rope_cos,
+                        model->rope_sin,
+                        model->dresid,
+                        model->dln,
+                        model->dq,
+                        model->datt,
+                        model->dkv,
+                        model->dgate,
+                        model->dup,
+                        model->dact,
+                        model->logits,
+                        model->loss_buffers.maxes,
+                        model->loss_buffers.stats,
+                        model->loss_buffers.losses,
+                        model->loss_buffers.loss_sum};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) device_free(buffers[i]);
     ring_attention_free(&model->ring);
     free(model->layers);
+}
+
+void model_set_batch(Model *model, int slot, const int *tokens, const int *targets) {
+    size_t bytes = (size_t)model->B * model->T * sizeof(int);
+    host_to_device(model->slots[slot].tokens, tokens, bytes);
+    host_to_device(model->slots[slot].targets, targets, bytes);
+}
+
+float *model_stage_input(Model *model, int slot) {
+    return model->slots[slot].resid;
+}
+
+float *model_stage_output(Model *model, int slot) {
+    return model->slots[slot].resid + (size_t)model->L * model->B * model->T * model->C;
 }

@@ -14,7 +14,7 @@ float learning_rate_at(const Config *cfg, int step) {
 }
 
 float clip_grad_norm(Model *model) {
-    if (model->cfg.grad_clip <= 0.0f) return 0.0f;  // off, as picotron: spare the all-reduce
+    if (model->cfg.grad_clip <= 0.0f) return 0.0f; // off, as picotron: spare the all-reduce
     ProcessGroupManager *pgm = model->pgm;
     float *sum = model->loss_buffers.loss_sum;
     device_zero(sum, sizeof(float));
@@ -32,8 +32,7 @@ float clip_grad_norm(Model *model) {
     device_to_host(&total, sum, sizeof(float));
     float norm = sqrtf(total / (pgm->cp_size * pgm->dp_size));
     float max_norm = model->cfg.grad_clip;
-    if (norm > max_norm)
-        scale_inplace(model->grads, max_norm / (norm + 1e-6f), model->num_params);
+    if (norm > max_norm) scale_inplace(model->grads, max_norm / (norm + 1e-6f), model->num_params);
     return norm;
 }
 

@@ -83,8 +83,7 @@ static void backward_micro_batch(Model *model, DataParallel *dp, int micro, int 
     model_backward(model, micro % model->num_slots);
 }
 
-static float train_step_pipeline_afab(Model *model, DataParallel *dp, const Dataset *ds,
-                                      int step) {
+static float train_step_pipeline_afab(Model *model, DataParallel *dp, const Dataset *ds, int step) {
     int grad_acc = model->cfg.gradient_accumulation_steps;
     float loss = 0.0f;
     for (int micro = 0; micro < grad_acc; micro++) {
@@ -100,8 +99,7 @@ static float train_step_pipeline_afab(Model *model, DataParallel *dp, const Data
     return loss;
 }
 
-static float train_step_pipeline_1f1b(Model *model, DataParallel *dp, const Dataset *ds,
-                                      int step) {
+static float train_step_pipeline_1f1b(Model *model, DataParallel *dp, const Dataset *ds, int step) {
     int grad_acc = model->cfg.gradient_accumulation_steps;
     int warmup = model->pgm->pp_size - model->pgm->pp_rank - 1;
     if (warmup > grad_acc) warmup = grad_acc;
@@ -119,8 +117,10 @@ static float train_step_pipeline_1f1b(Model *model, DataParallel *dp, const Data
         send_forward_recv_backward(model, fwd % model->num_slots);
         // a stage without warm-up (the last) makes its final backward here
         backward_micro_batch(model, dp, i, warmup == 0 && last);
-        if (last) send_backward(model);
-        else send_backward_recv_forward(model, (fwd + 1) % model->num_slots);
+        if (last)
+            send_backward(model);
+        else
+            send_backward_recv_forward(model, (fwd + 1) % model->num_slots);
     }
     for (int i = 0; i < warmup; i++) {
         recv_backward(model);

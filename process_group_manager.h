@@ -8,12 +8,12 @@ typedef struct {
     int tp_rank, cp_rank, pp_rank, dp_rank;
     int tp_size, cp_size, pp_size, dp_size;
     Group world, tp, cp, pp, dp;
-    Group cp_dp;            // gradients and the loss are averaged over cp*dp
-    Group embed;            // first and last pipeline stage: the tied embedding's two copies
-    int pp_prev, pp_next;   // ranks in pp (-1 at the ends)
-    int cp_prev, cp_next;   // ranks in cp (a ring)
+    Group cp_dp;          // gradients and the loss are averaged over cp*dp
+    Group embed;          // first and last pipeline stage: the tied embedding's two copies
+    int pp_prev, pp_next; // ranks in pp (-1 at the ends)
+    int cp_prev, cp_next; // ranks in cp (a ring)
     int pp_is_first, pp_is_last;
-    char name[64];          // "TP(x)-CP(x)-PP(x)-DP(x)-Rank(r)"
+    char name[64]; // "TP(x)-CP(x)-PP(x)-DP(x)-Rank(r)"
 } ProcessGroupManager;
 
 // world size must equal tp*cp*pp*dp: otherwise every rank prints one line and the job exits 1

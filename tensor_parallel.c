@@ -33,8 +33,10 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelLinear *li
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
-    if (async) comm_wait(&h);
-    else all_reduce(dinp, (size_t)N * C, REDUCE_SUM, tp);
+    if (async)
+        comm_wait(&h);
+    else
+        all_reduce(dinp, (size_t)N * C, REDUCE_SUM, tp);
 }
 
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,

@@ -22,13 +22,16 @@ static const char *USAGE = "usage: mpirun -np N ./train --config PATH/config.jso
 static const char *parse_args(int argc, char **argv) {
     const char *config = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];
-        else if (strncmp(argv[i], "--config=", 9) == 0) config = argv[i] + 9;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            config = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            config = argv[i] + 9;
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             if (world_rank() == 0) printf("%s\n", USAGE);
             MPI_Finalize();
             exit(0);
-        } else user_error("train: unknown argument '%s' (%s)", argv[i], USAGE);
+        } else
+            user_error("train: unknown argument '%s' (%s)", argv[i], USAGE);
     }
     if (!config) user_error("train: no config given (%s; ./create_config writes one)", USAGE);
     return config;
@@ -73,8 +76,8 @@ static double flops_per_token(const Config *c) {
     double C = c->hidden_size, D = C / c->num_attention_heads, I = c->intermediate_size;
     double HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
     double layer = 2 * C + 2 * C * HD + 2 * C * KVD + 3 * C * I;
-    double params = c->num_hidden_layers * layer + C + (double)c->vocab_size * C *
-                                                           (c->tie_word_embeddings ? 1 : 2);
+    double params = c->num_hidden_layers * layer + C +
+                    (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2);
     return 6 * params + 12.0 * c->num_hidden_layers * HD * c->seq_length;
 }
 
@@ -84,9 +87,9 @@ static void log_step(const Model *model, int step, float loss, long tokens_per_s
     char batch[32], tps[32], tps_device[32], seen[32];
     double tokens_per_second = tokens_per_step / seconds;
     double peak = model->cfg.peak_flops > 0 ? model->cfg.peak_flops : device_peak_flops();
-    double mfu = peak > 0 ? 100.0 * tokens_per_second / world_size * flops_per_token(&model->cfg) /
-                                peak
-                          : 0.0;
+    double mfu = peak > 0
+                     ? 100.0 * tokens_per_second / world_size * flops_per_token(&model->cfg) / peak
+                     : 0.0;
     printf("[rank %d] Step: %-5d | Loss: %6.4f | Global batch size: %7s | Tokens/s: %7s | "
            "Tokens/s/GPU: %7s | Tokens: %7s | MFU: %5.2f%% | Memory usage: %6.2fGB\n",
            model->pgm->global_rank, step, loss, readable(batch, tokens_per_step),
@@ -127,8 +130,8 @@ int main(int argc, char **argv) {
     DataParallel dp;
     data_parallel_init(&dp, &model, &pgm.cp_dp, cfg.bucket_size_mb);
     int logger = pgm.pp_is_last && pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0;
-    long tokens_per_step = (long)cfg.micro_batch_size * cfg.seq_length *
-                           cfg.gradient_accumulation_steps * cfg.dp_size;
+    long tokens_per_step =
+        (long)cfg.micro_batch_size * cfg.seq_length * cfg.gradient_accumulation_steps * cfg.dp_size;
     if (logger)
         printf("[rank %d] %s: %zu parameters on this rank, %s\n", pgm.global_rank, pgm.name,
                model.num_params, cfg.model_name);

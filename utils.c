@@ -65,15 +65,17 @@ void mpi_check(int err, const char *what, const char *file, int line) {
 
 void *xmalloc_at(size_t bytes, const char *file, int line) {
     void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) fail_at(file, line, "the model or batch is too large for this machine's memory",
-                    "out of memory allocating %zu bytes", bytes);
+    if (!p)
+        fail_at(file, line, "the model or batch is too large for this machine's memory",
+                "out of memory allocating %zu bytes", bytes);
     return p;
 }
 
 FILE *xfopen_at(const char *path, const char *mode, const char *file, int line) {
     FILE *f = fopen(path, mode);
-    if (!f) fail_at(file, line, "check the path and its permissions", "cannot open %s: %s", path,
-                    strerror(errno));
+    if (!f)
+        fail_at(file, line, "check the path and its permissions", "cannot open %s: %s", path,
+                strerror(errno));
     return f;
 }
 
@@ -85,7 +87,8 @@ void xfread_at(void *ptr, size_t size, size_t count, FILE *f, const char *file, 
 
 void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char *file, int line) {
     if (fwrite(ptr, size, count, f) != count)
-        fail_at(file, line, "is the disk full?", "short write (%zu items of %zu bytes)", count, size);
+        fail_at(file, line, "is the disk full?", "short write (%zu items of %zu bytes)", count,
+                size);
 }
 
 double now_seconds(void) {
@@ -109,4 +112,22 @@ char *readable(char *buf, double x) {
     }
     sprintf(buf, "%.2f%s", x, suffix[i]);
     return buf;
+}
+
+// Levenshtein distance (first 63 characters): names the closest key to a misspelt one
+int edit_distance(const char *a, const char *b) {
+    int la = strlen(a) < 63 ? strlen(a) : 63, lb = strlen(b) < 63 ? strlen(b) : 63;
+    int prev[64], cur[64];
+    for (int j = 0; j <= lb; j++) prev[j] = j;
+    for (int i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            cur[j] = best;
+        }
+        memcpy(prev, cur, sizeof prev);
+    }
+    return prev[lb];
 }

@@ -27,9 +27,12 @@ void xfread_at(void *ptr, size_t size, size_t count, FILE *f, const char *file, 
 void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char *file, int line);
 #define xfwrite(ptr, size, count, f) xfwrite_at((ptr), (size), (count), (f), __FILE__, __LINE__)
 
-double now_seconds(void);         // monotonic clock
-int world_rank(void);             // this process's MPI rank, 0 before MPI_Init
-uint64_t hash_string(const char *s);   // FNV-1a, names -> init streams
+double now_seconds(void);            // monotonic clock
+int world_rank(void);                // this process's MPI rank, 0 before MPI_Init
+uint64_t hash_string(const char *s); // FNV-1a, names -> init streams
 
 // picotron's to_readable_format: 4100 -> "4.10K", 1.23e6 -> "1.23M"; returns buf
 char *readable(char *buf, double x);
+
+// Levenshtein distance of the first 63 characters, for "did you mean" messages
+int edit_distance(const char *a, const char *b);

@@ -1,39 +1,39 @@
 // The one interface between the model and a device.
 // model.c and the *_parallel.c files call only what is declared here; the CPU build links
-// backend/cpu/*.c (loops + CBLAS + MPI), `make GPU=1` links backend/cuda/*.cu (CUDA + cuBLAS + NCCL).
-// Every pointer named a tensor lives in device memory: callers pass it on, never dereference it.
-// Size letters: N rows (tokens), B batch, T tokens this rank holds, C hidden, OC output features,
-// H query heads, KV key/value heads, D head dim, V vocab rows this rank holds.
-// Every backward ACCUMULATES (+=) into its outputs; callers zero what must start from zero.
+// backend/cpu/*.c (loops + CBLAS + MPI), `make GPU=1` links backend/cuda/*.cu (CUDA + cuBLAS +
+// NCCL). Every pointer named a tensor lives in device memory: callers pass it on, never dereference
+// it. Size letters: N rows (tokens), B batch, T tokens this rank holds, C hidden, OC output
+// features, H query heads, KV key/value heads, D head dim, V vocab rows this rank holds. Every
+// backward ACCUMULATES (+=) into its outputs; callers zero what must start from zero.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 // ---------------------------------------------------------------------------------------------
 // device memory (backend/*/memory.*)
-void backend_init(int local_rank);             // picks the device; a no-op on the CPU
+void backend_init(int local_rank); // picks the device; a no-op on the CPU
 // The precision of the matrix products: "float32", or "bfloat16" (GPU only) for
 // torch-autocast-style mixed precision: each product reads bf16 copies of its fp32 operands and
 // writes fp32; every buffer the model sees (weights, activations, gradients, AdamW moments) stays
 // fp32. Called once after backend_init; float32 until then.
 void backend_set_dtype(const char *dtype);
-void *device_malloc(size_t bytes);             // zeroed
+void *device_malloc(size_t bytes); // zeroed
 void device_free(void *ptr);
 void device_zero(void *ptr, size_t bytes);
-void device_copy(void *dst, const void *src, size_t bytes);        // device -> device
+void device_copy(void *dst, const void *src, size_t bytes); // device -> device
 void host_to_device(void *dst, const void *src, size_t bytes);
 void device_to_host(void *dst, const void *src, size_t bytes);
 void device_synchronize(void);
-size_t device_memory_used(void);               // bytes in use by this process (peak RSS on the CPU)
-double device_peak_flops(void);                // FLOP/s of the device in use, for MFU
+size_t device_memory_used(void); // bytes in use by this process (peak RSS on the CPU)
+double device_peak_flops(void);  // FLOP/s of the device in use, for MFU
 
 // ---------------------------------------------------------------------------------------------
 // elementwise (backend/*/elementwise.*)
 void fill(float *x, float value, size_t n);
-void add_inplace(float *y, const float *x, size_t n);               // y += x
-void scale_inplace(float *x, float s, size_t n);                    // x *= s
-void sum_squares(float *out, const float *x, size_t n);             // out[0] += sum(x^2)
-void sum_reduce(float *out, const float *x, size_t n);              // out[0] += sum(x)
+void add_inplace(float *y, const float *x, size_t n);   // y += x
+void scale_inplace(float *x, float s, size_t n);        // x *= s
+void sum_squares(float *out, const float *x, size_t n); // out[0] += sum(x^2)
+void sum_reduce(float *out, const float *x, size_t n);  // out[0] += sum(x)
 
 // ---------------------------------------------------------------------------------------------
 // matrix products (backend/*/matmul.*): a linear layer without bias, weight as torch stores it.
@@ -74,18 +74,18 @@ void rope_backward(float *dx, const float *cos, const float *sin, int B, int T, 
 // key j is seen by query i iff k_pos[j] <= q_pos[i])  out: (B, Tq, H, D)  lse: (B, H, Tq)
 // The block's softmax is merged into (out, lse) with the log-sum-exp update; start from out = 0,
 // lse = -INFINITY.
-void attention_forward_block(float *out, float *lse, const float *q, const float *k,
-                             const float *v, const int *q_pos, const int *k_pos, int B, int Tq,
-                             int Tk, int H, int KV, int D);
+void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                             const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
+                             int KV, int D);
 // delta (B, H, Tq) = rowsum(dout * out), once per step, before the blocks
 void attention_backward_delta(float *delta, const float *dout, const float *out, int B, int T,
                               int H, int D);
 // dq (B, Tq, H, D) += ..., dk, dv (B, Tk, KV, D) += ... for one block; probabilities are
 // recomputed from the final lse
 void attention_backward_block(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                              const float *k, const float *v, const float *lse,
-                              const float *delta, const int *q_pos, const int *k_pos, int B,
-                              int Tq, int Tk, int H, int KV, int D);
+                              const float *k, const float *v, const float *lse, const float *delta,
+                              const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
+                              int KV, int D);
 
 // ---------------------------------------------------------------------------------------------
 // SwiGLU (backend/*/swiglu.*): out = silu(gate) * up, all (N)
@@ -97,7 +97,7 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 // cross-entropy from a vocab shard (backend/*/cross_entropy.*): logits (N, V) hold the columns
 // [vocab_start, vocab_start + V) of the full vocabulary. The tensor-parallel loss all-reduces the
 // partial results between the calls, so no rank ever holds (N, full vocab).
-void cross_entropy_max(float *maxes, const float *logits, int N, int V);          // maxes (N)
+void cross_entropy_max(float *maxes, const float *logits, int N, int V); // maxes (N)
 // sumexp (N) = sum_j exp(logit_j - maxes); target_logit (N) = logit of the target if in this
 // shard, else 0
 void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logits,

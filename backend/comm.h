@@ -9,8 +9,8 @@
 
 typedef struct {
     int rank, size;
-    MPI_Comm comm;   // always present: MPI hands out NCCL ids and carries the "mpi" backend
-    void *nccl;      // ncclComm_t in the GPU build with backend "nccl", else NULL
+    MPI_Comm comm; // always present: MPI hands out NCCL ids and carries the "mpi" backend
+    void *nccl;    // ncclComm_t in the GPU build with backend "nccl", else NULL
 } Group;
 
 typedef enum { REDUCE_SUM, REDUCE_AVG, REDUCE_MAX } ReduceOp;
@@ -18,11 +18,11 @@ typedef enum { REDUCE_SUM, REDUCE_AVG, REDUCE_MAX } ReduceOp;
 // a communication in flight; comm_wait() ends it
 typedef struct {
     MPI_Request req[2];
-    int count;               // requests in use
-    float *avg_buf;          // REDUCE_AVG: scaled by 1/size when the sum arrives
+    int count;      // requests in use
+    float *avg_buf; // REDUCE_AVG: scaled by 1/size when the sum arrives
     size_t avg_n;
     int avg_size;
-    void *device_op;         // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
+    void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
 } Handle;
 
 void group_init(Group *g, MPI_Comm comm);
@@ -30,13 +30,13 @@ void group_free(Group *g);
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g);
 Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g);
-void all_gather(float *out, const float *in, size_t n, Group *g);       // out: size * n
-void reduce_scatter(float *out, const float *in, size_t n, Group *g);   // in: size * n, sum
+void all_gather(float *out, const float *in, size_t n, Group *g);     // out: size * n
+void reduce_scatter(float *out, const float *in, size_t n, Group *g); // in: size * n, sum
 void broadcast(float *buf, size_t n, int root, Group *g);
 void send(const float *buf, size_t n, int dst, Group *g);
 void recv(float *buf, size_t n, int src, Group *g);
 // send to dst and receive from src at once (pipeline neighbours, the context ring)
 void send_recv(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
 Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
-void comm_wait(Handle *h);   // the one place that waits: test, yield, repeat
+void comm_wait(Handle *h); // the one place that waits: test, yield, repeat
 void barrier(Group *g);

@@ -16,16 +16,16 @@
 #include "utils.h"
 
 #define CP 4
-#define B 1
-#define S 2048
-#define H 8
+#define B  1
+#define S  2048
+#define H  8
 #define KV 4
-#define D 64
+#define D  64
 
 typedef struct {
-    double wall, cpu;   // mean seconds per forward + backward
-    long blocks;        // forward blocks computed per call
-    double pairs;       // causal (query, key) pairs this rank's queries see, in millions
+    double wall, cpu; // mean seconds per forward + backward
+    long blocks;      // forward blocks computed per call
+    double pairs;     // causal (query, key) pairs this rank's queries see, in millions
 } Timing;
 
 // the work a rank's attention does, independent of block counting: with tile skipping, the
@@ -70,7 +70,7 @@ static Timing time_ring(Group *cp, int zigzag, int reps) {
     RingAttention ra;
     ring_attention_init(&ra, cp, B, S, H, KV, D, zigzag);
     Timing t = {.pairs = visible_pairs(&ra)};
-    for (int rep = -1; rep < reps; rep++) {   // rep -1 warms up
+    for (int rep = -1; rep < reps; rep++) { // rep -1 warms up
         barrier(cp);
         long blocks = ra.blocks_computed;
         double wall = now_seconds(), cpu = cpu_seconds();

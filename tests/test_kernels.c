@@ -12,21 +12,21 @@
 // The kernels run in float, so L carries rounding noise of ~1e-7 * sum|out * R| (~1e-6 here);
 // over a step of 2 * FD_EPS that is ~1e-4 of a unit gradient. The truncation error of the
 // central difference is ~FD_EPS^2 / 6 * L''' ~ 1e-5. FD_TOL leaves a margin of 10 over both.
-#define FD_EPS 1e-2f
-#define FD_TOL 2e-3
-#define EXACT_TOL 1e-6   // float rounding of the same sum in another order
-#define ADAM_TOL 1e-6    // float update against a double reference, relative
+#define FD_EPS    1e-2f
+#define FD_TOL    2e-3
+#define EXACT_TOL 1e-6 // float rounding of the same sum in another order
+#define ADAM_TOL  1e-6 // float update against a double reference, relative
 
 static int failures;
 
 static void check(const char *what, double err, double tol) {
-    int ok = err <= tol;   // a NaN fails
+    int ok = err <= tol; // a NaN fails
     printf("%-60s max err %.2e (tol %.0e) %s\n", what, err, tol, ok ? "PASS" : "FAIL");
     if (!ok) failures++;
 }
 
 static uint64_t rng = 42;
-static float rand_uniform(void) {   // [-1, 1), xorshift64*
+static float rand_uniform(void) { // [-1, 1), xorshift64*
     rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
     return (float)((rng * 2685821657736338717ull >> 11) * 0x1.0p-52 - 1.0);
 }
@@ -35,7 +35,9 @@ static float *rand_array(size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = scale * rand_uniform();
     return x;
 }
-static float *zeros(size_t n) { return xmalloc(n * sizeof(float)); }   // xmalloc zeroes
+static float *zeros(size_t n) {
+    return xmalloc(n * sizeof(float));
+} // xmalloc zeroes
 static float *copy_of(const float *x, size_t n) {
     float *y = xmalloc(n * sizeof(float));
     memcpy(y, x, n * sizeof(float));
@@ -86,16 +88,19 @@ static double fd_err(const Objective *o, float *x, const float *grad, size_t n) 
         x[i] = lo;
         double Llo = objective(o);
         x[i] = x0;
-        fd[i] = (float)((Lhi - Llo) / ((double)hi - lo));   // the step float really took
+        fd[i] = (float)((Lhi - Llo) / ((double)hi - lo)); // the step float really took
     }
-    objective(o);   // leave out as the unperturbed inputs give it
+    objective(o); // leave out as the unperturbed inputs give it
     double err = rel_err(fd, grad, n);
     free(fd);
     return err;
 }
 
 // ---------------------------------------------------------------------------------------------
-typedef struct { float *out, *inp, *w; int N, C, OC; } Matmul;
+typedef struct {
+    float *out, *inp, *w;
+    int N, C, OC;
+} Matmul;
 static void matmul_fwd(void *p) {
     Matmul *m = p;
     matmul_forward(m->out, m->inp, m->w, m->N, m->C, m->OC);
@@ -120,7 +125,11 @@ static void test_matmul(void) {
     free(only);
 }
 
-typedef struct { float *out, *wte; const int *tokens; int N, C, vocab_start, V; } Embedding;
+typedef struct {
+    float *out, *wte;
+    const int *tokens;
+    int N, C, vocab_start, V;
+} Embedding;
 static void embedding_fwd(void *p) {
     Embedding *e = p;
     embedding_forward(e->out, e->tokens, e->wte, e->N, e->C, e->vocab_start, e->V);
@@ -131,13 +140,13 @@ static void test_embedding(void) {
     static const int tokens[] = {0, 3, 4, 7, 4, 9, 5, 3};
     Embedding e = {.tokens = tokens, .N = 8, .C = 4, .vocab_start = 3, .V = 5};
     size_t nw = e.V * e.C, no = e.N * e.C;
-    e.wte = rand_array(nw, 1.0f), e.out = rand_array(no, 1.0f);   // forward must overwrite
+    e.wte = rand_array(nw, 1.0f), e.out = rand_array(no, 1.0f); // forward must overwrite
     float *R = rand_array(no, 1.0f), *dw = zeros(nw);
     Objective o = {embedding_fwd, &e, e.out, R, no};
     embedding_backward(dw, R, tokens, e.N, e.C, e.vocab_start, e.V);
     check("embedding dwte vs finite differences", fd_err(&o, e.wte, dw, nw), FD_TOL);
     double outside = 0.0;
-    for (int c = 0; c < e.C; c++)   // rows 0 and 5 hold tokens 0 and 9
+    for (int c = 0; c < e.C; c++) // rows 0 and 5 hold tokens 0 and 9
         outside = fmax(outside, fabs(e.out[c]) + fabs(e.out[5 * e.C + c]));
     check("embedding rows of tokens outside the shard are 0", outside, 0.0);
     float *dw1 = copy_of(dw, nw);
@@ -146,7 +155,10 @@ static void test_embedding(void) {
     free(e.wte), free(e.out), free(R), free(dw), free(dw1);
 }
 
-typedef struct { float *out, *rstd, *inp, *w; int N, C; } RMSNorm;
+typedef struct {
+    float *out, *rstd, *inp, *w;
+    int N, C;
+} RMSNorm;
 static void rmsnorm_fwd(void *p) {
     RMSNorm *r = p;
     rmsnorm_forward(r->out, r->rstd, r->inp, r->w, r->N, r->C, 1e-5f);
@@ -172,7 +184,10 @@ static void test_rmsnorm(void) {
     free(dinp1), free(dw1);
 }
 
-typedef struct { float *out, *x, *cos, *sin; int B, T, NH, D; } Rope;
+typedef struct {
+    float *out, *x, *cos, *sin;
+    int B, T, NH, D;
+} Rope;
 static void rope_fwd(void *p) {
     Rope *r = p;
     memcpy(r->out, r->x, (size_t)r->B * r->T * r->NH * r->D * sizeof(float));
@@ -184,7 +199,7 @@ static void test_rope(void) {
     size_t n = r.B * r.T * r.NH * r.D, half = r.D / 2;
     r.x = rand_array(n, 1.0f), r.out = zeros(n);
     r.cos = zeros(r.T * half), r.sin = zeros(r.T * half);
-    for (int t = 0; t < r.T; t++) {   // positions 5, 6, 7: a context-parallel rank's offset
+    for (int t = 0; t < r.T; t++) { // positions 5, 6, 7: a context-parallel rank's offset
         for (size_t i = 0; i < half; i++) {
             double angle = (t + 5) * pow(10000.0, -2.0 * i / r.D);
             r.cos[t * half + i] = (float)cos(angle), r.sin[t * half + i] = (float)sin(angle);
@@ -194,13 +209,16 @@ static void test_rope(void) {
     Objective o = {rope_fwd, &r, r.out, R, n};
     rope_backward(dx, r.cos, r.sin, r.B, r.T, r.NH, r.D);
     check("rope dx vs finite differences", fd_err(&o, r.x, dx, n), FD_TOL);
-    float *back = copy_of(r.out, n);   // out = rope_forward(x)
+    float *back = copy_of(r.out, n); // out = rope_forward(x)
     rope_backward(back, r.cos, r.sin, r.B, r.T, r.NH, r.D);
     check("rope_backward(rope_forward(x)) == x", rel_err(back, r.x, n), EXACT_TOL);
     free(r.x), free(r.out), free(r.cos), free(r.sin), free(R), free(dx), free(back);
 }
 
-typedef struct { float *out, *gate, *up; size_t N; } SwiGLU;
+typedef struct {
+    float *out, *gate, *up;
+    size_t N;
+} SwiGLU;
 static void swiglu_fwd(void *p) {
     SwiGLU *s = p;
     swiglu_forward(s->out, s->gate, s->up, s->N);
@@ -216,8 +234,8 @@ static void test_swiglu(void) {
     check("swiglu dup vs finite differences", fd_err(&o, s.up, du, s.N), FD_TOL);
     float *dg1 = copy_of(dg, s.N), *du1 = copy_of(du, s.N);
     swiglu_backward(dg, du, R, s.gate, s.up, s.N);
-    check("swiglu backward twice = 2x",
-          fmax(doubled_err(dg, dg1, s.N), doubled_err(du, du1, s.N)), EXACT_TOL);
+    check("swiglu backward twice = 2x", fmax(doubled_err(dg, dg1, s.N), doubled_err(du, du1, s.N)),
+          EXACT_TOL);
     free(s.gate), free(s.up), free(s.out), free(R), free(dg), free(du), free(dg1), free(du1);
 }
 
@@ -229,7 +247,9 @@ typedef struct {
     float *q, *k[2], *v[2], *out, *lse;
 } Attention;
 
-static size_t q_size(const Attention *a) { return (size_t)a->B * a->Tq * a->H * a->D; }
+static size_t q_size(const Attention *a) {
+    return (size_t)a->B * a->Tq * a->H * a->D;
+}
 static size_t kv_size(const Attention *a, int blk) {
     return (size_t)a->B * a->Tk[blk] * a->KV * a->D;
 }
@@ -239,8 +259,8 @@ static void attention_fwd(void *p) {
     memset(a->out, 0, q_size(a) * sizeof(float));
     for (int i = 0; i < a->B * a->H * a->Tq; i++) a->lse[i] = -INFINITY;
     for (int blk = 0; blk < a->nblocks; blk++)
-        attention_forward_block(a->out, a->lse, a->q, a->k[blk], a->v[blk], a->q_pos,
-                                a->k_pos[blk], a->B, a->Tq, a->Tk[blk], a->H, a->KV, a->D);
+        attention_forward_block(a->out, a->lse, a->q, a->k[blk], a->v[blk], a->q_pos, a->k_pos[blk],
+                                a->B, a->Tq, a->Tk[blk], a->H, a->KV, a->D);
 }
 
 // dq, dk[blk], dv[blk] += the gradients of sum(out * dout), out from attention_fwd
@@ -285,17 +305,20 @@ static void attention_fd(Attention *a, const char *label) {
     snprintf(what, sizeof what, "attention %s dq vs finite differences", label);
     check(what, fd_err(&o, a->q, dq, q_size(a)), FD_TOL);
     for (int blk = 0; blk < a->nblocks; blk++) {
-        snprintf(what, sizeof what, "attention %s dk, dv (block %d) vs finite diff.",
-                 label, blk);
-        check(what, fmax(fd_err(&o, a->k[blk], dk[blk], kv_size(a, blk)),
-                         fd_err(&o, a->v[blk], dv[blk], kv_size(a, blk))), FD_TOL);
+        snprintf(what, sizeof what, "attention %s dk, dv (block %d) vs finite diff.", label, blk);
+        check(what,
+              fmax(fd_err(&o, a->k[blk], dk[blk], kv_size(a, blk)),
+                   fd_err(&o, a->v[blk], dv[blk], kv_size(a, blk))),
+              FD_TOL);
     }
     float *dq1 = copy_of(dq, q_size(a)), *dk1 = copy_of(dk[0], kv_size(a, 0));
     float *dv1 = copy_of(dv[0], kv_size(a, 0));
     attention_bwd(a, R, dq, dk, dv);
     snprintf(what, sizeof what, "attention %s backward twice = 2x", label);
-    check(what, fmax(doubled_err(dq, dq1, q_size(a)), fmax(doubled_err(dk[0], dk1, kv_size(a, 0)),
-                     doubled_err(dv[0], dv1, kv_size(a, 0)))), EXACT_TOL);
+    check(what,
+          fmax(doubled_err(dq, dq1, q_size(a)), fmax(doubled_err(dk[0], dk1, kv_size(a, 0)),
+                                                     doubled_err(dv[0], dv1, kv_size(a, 0)))),
+          EXACT_TOL);
     for (int blk = 0; blk < a->nblocks; blk++) free(dk[blk]), free(dv[blk]);
     free(R), free(dq), free(dq1), free(dk1), free(dv1);
 }
@@ -305,8 +328,10 @@ static void concat_blocks(float *whole, float *b0, float *b1, const Attention *a
     size_t row = (size_t)a->KV * a->D, n0 = a->Tk[0] * row, n1 = a->Tk[1] * row;
     for (int b = 0; b < a->B; b++) {
         float *w = whole + b * (n0 + n1), *p0 = b0 + b * n0, *p1 = b1 + b * n1;
-        if (split) memcpy(p0, w, n0 * sizeof(float)), memcpy(p1, w + n0, n1 * sizeof(float));
-        else memcpy(w, p0, n0 * sizeof(float)), memcpy(w + n0, p1, n1 * sizeof(float));
+        if (split)
+            memcpy(p0, w, n0 * sizeof(float)), memcpy(p1, w + n0, n1 * sizeof(float));
+        else
+            memcpy(w, p0, n0 * sizeof(float)), memcpy(w + n0, p1, n1 * sizeof(float));
     }
 }
 
@@ -324,7 +349,7 @@ static void test_attention(void) {
     Attention two = attention_new(2, (int[]){6, 6}, zz_q, two_pos);
     attention_fd(&two, "zig-zag 2 blocks");
 
-    Attention part = two;   // block 0 alone must leave the rows it fully masks untouched
+    Attention part = two; // block 0 alone must leave the rows it fully masks untouched
     part.nblocks = 1, part.out = zeros(q_size(&two)), part.lse = zeros((size_t)2 * 4 * 6);
     attention_fwd(&part);
     double untouched = 0.0;
@@ -364,8 +389,9 @@ static void test_attention(void) {
     concat_blocks(dkcat, dk2[0], dk2[1], &two, 0);
     concat_blocks(dvcat, dv2[0], dv2[1], &two, 0);
     check("attention two blocks merged == one block: dq, dk, dv",
-          fmax(rel_err(dq2, dq1, q_size(&two)), fmax(rel_err(dkcat, dkc, kv_size(&cat, 0)),
-               rel_err(dvcat, dvc, kv_size(&cat, 0)))), EXACT_TOL);
+          fmax(rel_err(dq2, dq1, q_size(&two)),
+               fmax(rel_err(dkcat, dkc, kv_size(&cat, 0)), rel_err(dvcat, dvc, kv_size(&cat, 0)))),
+          EXACT_TOL);
 
     // the same bits whatever the number of OpenMP threads
     int threads = omp_get_max_threads();
@@ -392,7 +418,11 @@ static void test_attention(void) {
 
 // ---------------------------------------------------------------------------------------------
 // cross-entropy over the full vocabulary (vocab_start 0): the single-rank path
-typedef struct { float *losses, *maxes, *sumexp, *logits; const int *targets; int N, V; } CE;
+typedef struct {
+    float *losses, *maxes, *sumexp, *logits;
+    const int *targets;
+    int N, V;
+} CE;
 static void ce_fwd(void *p) {
     CE *c = p;
     float *target_logit = zeros(c->N);
@@ -403,14 +433,14 @@ static void ce_fwd(void *p) {
 }
 
 static void test_cross_entropy(void) {
-    enum { N = 5, V = 11, V0 = 4, V1 = V - V0 };   // shards: columns [0, 4) and [4, 11)
+    enum { N = 5, V = 11, V0 = 4, V1 = V - V0 }; // shards: columns [0, 4) and [4, 11)
     static const int targets[N] = {2, 7, 0, 10, 4};
     const float dloss = 0.37f;
     CE c = {.targets = targets, .N = N, .V = V};
     c.logits = rand_array(N * V, 3.0f), c.losses = zeros(N);
     c.maxes = zeros(N), c.sumexp = zeros(N);
     float R[N], *dlogits = zeros(N * V);
-    for (int n = 0; n < N; n++) R[n] = dloss;   // L = dloss * sum(losses)
+    for (int n = 0; n < N; n++) R[n] = dloss; // L = dloss * sum(losses)
     Objective o = {ce_fwd, &c, c.losses, R, N};
     objective(&o);
     cross_entropy_backward(dlogits, c.logits, c.maxes, c.sumexp, targets, dloss, N, V, 0);
@@ -440,8 +470,8 @@ static void test_cross_entropy(void) {
         memcpy(joined + n * V, d0 + n * V0, V0 * sizeof(float));
         memcpy(joined + n * V + V0, d1 + n * V1, V1 * sizeof(float));
     }
-    check("cross-entropy two vocab shards == full vocab: dlogits",
-          rel_err(joined, dlogits, N * V), EXACT_TOL);
+    check("cross-entropy two vocab shards == full vocab: dlogits", rel_err(joined, dlogits, N * V),
+          EXACT_TOL);
     float *d_once = copy_of(dlogits, N * V);
     cross_entropy_backward(dlogits, c.logits, c.maxes, c.sumexp, targets, dloss, N, V, 0);
     check("cross-entropy backward twice = 2x", doubled_err(dlogits, d_once, N * V), EXACT_TOL);
@@ -458,8 +488,8 @@ static void test_init(void) {
         init_tensor(shard, 1234, name, kind, 0.5f, NR, NC, R0, C0, COLS);
         int same = 1;
         for (int r = 0; r < NR; r++)
-            same = same && !memcmp(shard + r * NC, whole + (R0 + r) * COLS + C0,
-                                   NC * sizeof(float));
+            same =
+                same && !memcmp(shard + r * NC, whole + (R0 + r) * COLS + C0, NC * sizeof(float));
         char what[96];
         snprintf(what, sizeof what, "init kind %d: shard == block of the whole, bit for bit", kind);
         check(what, same ? 0.0 : 1.0, 0.0);
@@ -477,11 +507,11 @@ static void test_init(void) {
         double want_std = kind == 0 ? bound / sqrt(3.0) : bound;
         printf("init kind %d: mean %.2e std %.5f (want %.5f) max |x| %.5f\n", kind, mean, std,
                want_std, biggest);
-        check(kind == 0 ? "init uniform: |mean| / (5 std / sqrt(n))" :
-                          "init normal: |mean| / (5 std / sqrt(n))",
+        check(kind == 0 ? "init uniform: |mean| / (5 std / sqrt(n))"
+                        : "init normal: |mean| / (5 std / sqrt(n))",
               fabs(mean) / (5.0 * want_std / sqrt(n)), 1.0);
-        check(kind == 0 ? "init uniform: |std / (bound / sqrt 3) - 1|" :
-                          "init normal: |std / bound - 1|",
+        check(kind == 0 ? "init uniform: |std / (bound / sqrt 3) - 1|"
+                        : "init normal: |std / bound - 1|",
               fabs(std / want_std - 1.0), 1e-2);
         if (kind == 0) check("init uniform: max |x| / bound", biggest / bound, 1.0);
     }
@@ -499,7 +529,7 @@ static void test_adamw(void) {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     float p[N], m[N] = {0}, v[N] = {0};
     double rp[N], rm[N] = {0}, rv[N] = {0};
-    for (int i = 0; i < N; i++) {   // away from 0, so a relative error means something
+    for (int i = 0; i < N; i++) { // away from 0, so a relative error means something
         p[i] = rand_uniform();
         p[i] += p[i] < 0 ? -0.5f : 0.5f;
         rp[i] = p[i];
@@ -508,7 +538,7 @@ static void test_adamw(void) {
         float g[N];
         for (int i = 0; i < N; i++) g[i] = rand_uniform() * (i % 4 == 0 ? 1e-3f : 1.0f);
         adamw_update(p, g, m, v, N, lr, b1, b2, eps, wd, t);
-        for (int i = 0; i < N; i++) {   // torch.optim.AdamW's documented algorithm, in double
+        for (int i = 0; i < N; i++) { // torch.optim.AdamW's documented algorithm, in double
             rp[i] -= (double)lr * wd * rp[i];
             rm[i] = b1 * rm[i] + (1.0 - b1) * g[i];
             rv[i] = b2 * rv[i] + (1.0 - b2) * (double)g[i] * g[i];

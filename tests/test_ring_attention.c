@@ -16,9 +16,9 @@
 enum { B = 2, S = 32, H = 4, KV = 2, D = 8 };
 
 static int failures;
-static uint64_t rng_state = 0x13198A2E03707344ull;   // the same seed on every rank
+static uint64_t rng_state = 0x13198A2E03707344ull; // the same seed on every rank
 
-static float uniform(void) {   // [-1, 1)
+static float uniform(void) { // [-1, 1)
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (float)(rng_state >> 40) / (float)(1 << 23) - 1.0f;
 }
@@ -103,10 +103,10 @@ static void check_ring(const Reference *ref, Group *cp, int zigzag) {
     float *k = rows_at(ref->k, pos, T, KV * D), *v = rows_at(ref->v, pos, T, KV * D);
     float *out_ref = rows_at(ref->out, pos, T, H * D), *dq_ref = rows_at(ref->dq, pos, T, H * D);
     float *dk_ref = rows_at(ref->dk, pos, T, KV * D), *dv_ref = rows_at(ref->dv, pos, T, KV * D);
-    float *lse_ref = xmalloc(nl * sizeof(float));   // (B, H, S) -> (B, H, T)
+    float *lse_ref = xmalloc(nl * sizeof(float)); // (B, H, S) -> (B, H, T)
     for (int bh = 0; bh < B * H; bh++)
         for (int t = 0; t < T; t++) lse_ref[bh * T + t] = ref->lse[bh * S + pos[t]];
-    float *kv = xmalloc(2 * nk * sizeof(float));   // (2, B, T, KV, D): k then v
+    float *kv = xmalloc(2 * nk * sizeof(float)); // (2, B, T, KV, D): k then v
     memcpy(kv, k, nk * sizeof(float));
     memcpy(kv + nk, v, nk * sizeof(float));
     float *Q = to_device(q, nq * 4), *KV_ = to_device(kv, 2 * nk * 4);
@@ -150,8 +150,10 @@ int main(int argc, char **argv) {
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, 1, world, 1, 1);
-    if (S % (2 * world)) user_error("S = %d must divide by 2*cp: run with mpirun -np 1, 2, 4 "
-                                    "or 8 (not %d)", S, world);
+    if (S % (2 * world))
+        user_error("S = %d must divide by 2*cp: run with mpirun -np 1, 2, 4 "
+                   "or 8 (not %d)",
+                   S, world);
     if (pgm.global_rank == 0)
         printf("ring attention, cp = %d, B=%d S=%d H=%d KV=%d D=%d\n", world, B, S, H, KV, D);
     Reference ref = reference();

@@ -14,13 +14,13 @@
 #include "utils.h"
 
 // float sums of up to a few hundred products, compared with the same sums in another order
-#define TOL 1e-5
-#define GUARD 64   // NaN floats after a sharded loss buffer
+#define TOL   1e-5
+#define GUARD 64 // NaN floats after a sharded loss buffer
 
 static int failures;
-static uint64_t rng_state = 0x243F6A8885A308D3ull;   // the same seed on every rank
+static uint64_t rng_state = 0x243F6A8885A308D3ull; // the same seed on every rank
 
-static float uniform(void) {   // [-1, 1)
+static float uniform(void) { // [-1, 1)
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (float)(rng_state >> 40) / (float)(1 << 23) - 1.0f;
 }
@@ -42,8 +42,8 @@ static float *to_host(const float *dev, size_t n) {
 // the columns [c0, c0 + cols) of a (rows, ld) matrix, as a (rows, cols) one
 static float *columns(const float *x, int rows, int ld, int c0, int cols) {
     float *out = xmalloc((size_t)rows * cols * sizeof(float));
-    for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * cols, x + (size_t)r * ld + c0,
-                                          cols * sizeof(float));
+    for (int r = 0; r < rows; r++)
+        memcpy(out + (size_t)r * cols, x + (size_t)r * ld + c0, cols * sizeof(float));
     return out;
 }
 
@@ -106,8 +106,8 @@ static void check_column_parallel(Group *tp, int async) {
     check(what, dw1_r, dw1 + (size_t)r * o1 * C, o1 * C);
     snprintf(what, sizeof what, "column-parallel dweight 2 (async %d)", async);
     check(what, dw2_r, dw2 + (size_t)r * o2 * C, o2 * C);
-    float *dev[] = {X, W1, W2, DY1, DY2, Y1, DX, DW1, DW2, w1_r, w2_r, dout1, dout2, out, dinp,
-                    dw1_r, dw2_r};
+    float *dev[] = {X,    W1,   W2,    DY1,   DY2, Y1,   DX,    DW1,  DW2,
+                    w1_r, w2_r, dout1, dout2, out, dinp, dw1_r, dw2_r};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) device_free(dev[i]);
     float *host[] = {x, w1, w2, dy1, dy2, y1, dx, dw1, dw2, dy1_r, dy2_r, y1_r};
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
@@ -148,7 +148,7 @@ static void check_embedding(Group *tp) {
     float *wte = random_host(V * C), *dy = random_host(N * C);
     int tokens[N];
     for (int i = 0; i < N; i++) tokens[i] = (int)((uniform() + 1.0f) * 0.5f * V) % V;
-    tokens[1] = tokens[0];   // a repeated token: its gradient rows must add up
+    tokens[1] = tokens[0]; // a repeated token: its gradient rows must add up
     int *TOK = (int *)to_device(tokens, sizeof tokens);
     float *WTE = to_device(wte, sizeof(float) * V * C), *DY = to_device(dy, sizeof(float) * N * C);
     float *Y = device_malloc(sizeof(float) * N * C), *DWTE = device_malloc(sizeof(float) * V * C);
@@ -172,7 +172,7 @@ static void check_cross_entropy(Group *tp) {
     enum { N = 24, V = 64 };
     int r = tp->rank, v_r = V / tp->size;
     float *logits = random_host(N * V);
-    for (int i = 0; i < N * V; i++) logits[i] *= 8.0f;   // a peaked softmax
+    for (int i = 0; i < N * V; i++) logits[i] *= 8.0f; // a peaked softmax
     int targets[N];
     for (int i = 0; i < N; i++) targets[i] = (int)((uniform() + 1.0f) * 0.5f * V) % V;
     float loss_scale = 1.0f / N;

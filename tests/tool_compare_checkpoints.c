@@ -22,8 +22,8 @@ static int load_whole(Whole **out, const char *dir) {
     char pattern[1100];
     snprintf(pattern, sizeof pattern, "%s/rank_*.bin", dir);
     glob_t g;
-    if (glob(pattern, 0, NULL, &g) != 0) FAIL("run the layout with checkpoint.save_frequency set",
-                                              "no rank files in %s", dir);
+    if (glob(pattern, 0, NULL, &g) != 0)
+        FAIL("run the layout with checkpoint.save_frequency set", "no rank files in %s", dir);
     Whole *w = xmalloc(MAX_PARAMS * sizeof(Whole));
     int n = 0;
     for (size_t f = 0; f < g.gl_pathc; f++) {

@@ -14,7 +14,6 @@
 
 #define TILE 64
 
-
 // The keys [*j0, *j1) hold every key that some query of the tile sees: with ordered positions
 // the future of the tile is skipped, which halves the work of a causal block.
 static void visible_keys(int *j0, int *j1, const int *q_pos, int rows, const int *k_pos, int Tk) {
@@ -27,15 +26,15 @@ static void visible_keys(int *j0, int *j1, const int *q_pos, int rows, const int
 
 // q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos (Tq), k_pos (Tk)  out: (B, Tq, H, D)
 // lse: (B, H, Tq), both running values merged with this block's softmax
-void attention_forward_block(float *out, float *lse, const float *q, const float *k,
-                             const float *v, const int *q_pos, const int *k_pos, int B, int Tq,
-                             int Tk, int H, int KV, int D) {
+void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                             const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
+                             int KV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
 #pragma omp parallel
     {
-        float *p = xmalloc((size_t)TILE * Tk * sizeof(float));   // (TILE, Tk) scores, then probs
-        float *o = xmalloc((size_t)TILE * D * sizeof(float));    // (TILE, D) this block's output
+        float *p = xmalloc((size_t)TILE * Tk * sizeof(float)); // (TILE, Tk) scores, then probs
+        float *o = xmalloc((size_t)TILE * D * sizeof(float));  // (TILE, D) this block's output
         float tile_lse[TILE], tile_sum[TILE];
         // tiles further down a causal block see more keys: hand them out one at a time
 #pragma omp for collapse(3) schedule(dynamic, 1)
@@ -44,7 +43,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                 for (int tile = 0; tile < tiles; tile++) {
                     int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
                     visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
-                    if (j0 == j1) continue;   // the whole block is in this tile's future
+                    if (j0 == j1) continue; // the whole block is in this tile's future
                     int nk = j1 - j0;
                     const float *qt = q + (((size_t)b * Tq + i0) * H + h) * D;
                     const float *kt = k + (((size_t)b * Tk + j0) * KV + h / group) * D;
@@ -61,7 +60,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                             pr[j] = k_pos[j0 + j] > qp ? -INFINITY : pr[j];
                             m = pr[j] > m ? pr[j] : m;
                         }
-                        if (m == -INFINITY) m = 0.0f;   // no key for this row: all p are 0
+                        if (m == -INFINITY) m = 0.0f; // no key for this row: all p are 0
 #pragma omp simd reduction(+ : sum)
                         for (int j = 0; j < nk; j++) {
                             pr[j] = exp_approx(pr[j] - m);
@@ -71,15 +70,15 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                         tile_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
                     }
                     // o (rows, D) = p @ v, not yet divided by the row sums
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f, p,
-                                nk, vt, KV * D, 0.0f, o, D);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f, p, nk,
+                                vt, KV * D, 0.0f, o, D);
                     // merge: lse = log(exp(lse) + exp(lse_tile)), out = weighted mean of both
                     for (int r = 0; r < rows; r++) {
-                        if (tile_lse[r] == -INFINITY) continue;   // leaves (out, lse) as they are
+                        if (tile_lse[r] == -INFINITY) continue; // leaves (out, lse) as they are
                         float *lse_i = lse + ((size_t)b * H + h) * Tq + i0 + r;
                         float top = fmaxf(*lse_i, tile_lse[r]);
                         float lse_new = top + logf(expf(*lse_i - top) + expf(tile_lse[r] - top));
-                        float w_old = expf(*lse_i - lse_new);   // 0 while lse = -inf
+                        float w_old = expf(*lse_i - lse_new); // 0 while lse = -inf
                         float w_new = expf(tile_lse[r] - lse_new) / tile_sum[r];
                         float *oi = out + (((size_t)b * Tq + i0 + r) * H + h) * D;
                         const float *o_r = o + (size_t)r * D;
@@ -113,15 +112,15 @@ void attention_backward_delta(float *delta, const float *dout, const float *out,
 // Parallel over (batch, kv head): the query heads that share a kv head all add into its dk, dv,
 // so they run on one thread; dq rows of different kv heads never overlap.
 void attention_backward_block(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                              const float *k, const float *v, const float *lse,
-                              const float *delta, const int *q_pos, const int *k_pos, int B,
-                              int Tq, int Tk, int H, int KV, int D) {
+                              const float *k, const float *v, const float *lse, const float *delta,
+                              const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
+                              int KV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
 #pragma omp parallel
     {
-        float *p = xmalloc((size_t)TILE * Tk * sizeof(float));    // (TILE, Tk) probabilities
-        float *ds = xmalloc((size_t)TILE * Tk * sizeof(float));   // (TILE, Tk) score gradients
+        float *p = xmalloc((size_t)TILE * Tk * sizeof(float));  // (TILE, Tk) probabilities
+        float *ds = xmalloc((size_t)TILE * Tk * sizeof(float)); // (TILE, Tk) score gradients
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++) {
             for (int g = 0; g < KV; g++) {
@@ -164,8 +163,8 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                         // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f,
                                     ds, nk, k + krow, KV * D, 1.0f, dq + qrow, H * D);
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, rows, 1.0f,
-                                    ds, nk, q + qrow, H * D, 1.0f, dk + krow, KV * D);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, rows, 1.0f, ds,
+                                    nk, q + qrow, H * D, 1.0f, dk + krow, KV * D);
                     }
                 }
             }

@@ -10,8 +10,10 @@ void embedding_forward(float *out, const int *tokens, const float *wte, int N, i
     for (int n = 0; n < N; n++) {
         int row = tokens[n] - vocab_start;
         float *out_n = out + (size_t)n * C;
-        if (row >= 0 && row < V) memcpy(out_n, wte + (size_t)row * C, (size_t)C * sizeof(float));
-        else memset(out_n, 0, (size_t)C * sizeof(float));
+        if (row >= 0 && row < V)
+            memcpy(out_n, wte + (size_t)row * C, (size_t)C * sizeof(float));
+        else
+            memset(out_n, 0, (size_t)C * sizeof(float));
     }
 }
 

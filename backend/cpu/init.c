@@ -4,7 +4,7 @@
 #include "backend/backend.h"
 #include <math.h>
 
-#define GOLDEN 0x9E3779B97F4A7C15ull   // splitmix64's increment: 2^64 / golden ratio
+#define GOLDEN 0x9E3779B97F4A7C15ull // splitmix64's increment: 2^64 / golden ratio
 
 // splitmix64's finaliser (Steele et al.): a bijection of 64-bit words that mixes every bit
 static uint64_t mix64(uint64_t z) {

@@ -2,7 +2,7 @@
 #include "backend/backend.h"
 #include <math.h>
 
-#define COL_CHUNK 64   // columns per thread in the weight gradient: rows stay contiguous
+#define COL_CHUNK 64 // columns per thread in the weight gradient: rows stay contiguous
 
 // out, inp: (N, C)  weight: (C)  rstd: (N), saved for the backward
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
