@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STEPS=${STEPS:-60}
+STEPS=${STEPS:-150}
 TP=${TP:-2}
 PP=${PP:-2}
 NP=${NP:-$(( ${DP:-2} * TP * PP ))}
