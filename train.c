@@ -99,7 +99,7 @@ static void log_step(const Model *model, int step, float loss, long tokens_per_s
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    mpiCheck(MPI_Init(&argc, &argv));
     const char *config_path = parse_args(argc, argv);
     Config cfg;
     config_load(&cfg, config_path);
@@ -177,6 +177,6 @@ int main(int argc, char **argv) {
     model_free(&model);
     dataset_free(&ds);
     process_group_manager_free(&pgm);
-    MPI_Finalize();
+    mpiCheck(MPI_Finalize());
     return 0;
 }
