@@ -469,6 +469,10 @@ void config_validate(const Config *c, int world_size) {
           "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
           c->max_position_embeddings);
 
+    CHECK(c->save_frequency == 0 || c->save_dir[0] != '\0',
+          "checkpoint.save_frequency = %d but checkpoint.save_dir is empty (name a folder)",
+          c->save_frequency);
+
     long ranks = (long)c->tp_size * cp * c->pp_size * c->dp_size;
     CHECK(ranks == world_size,
           "tp_size*cp_size*pp_size*dp_size = %ld but mpirun started %d rank%s "

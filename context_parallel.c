@@ -117,10 +117,13 @@ void ring_attention_backward(float *dq, float *dkv, const float *dout, const flo
             attention_backward_block(dq, block + 2 * half, block + 3 * half, dout, q, block,
                                      block + half, lse, ra->delta, ra->positions + rank * T,
                                      ra->positions + src * T, B, T, T, H, KV, D);
-        // the accumulators travel on after their contribution, so they arrive home complete
+        // the accumulators travel on after their contribution, so they arrive home complete;
+        // the last hop carries only them (k and v are home already)
         if (cp > 1) {
             float *incoming = ra->ring[(step + 1) % 2];
-            send_recv(block, (rank + 1) % cp, incoming, (rank - 1 + cp) % cp, 4 * half, ra->cp);
+            size_t skip = step == cp - 1 ? 2 * half : 0;
+            send_recv(block + skip, (rank + 1) % cp, incoming + skip, (rank - 1 + cp) % cp,
+                      4 * half - skip, ra->cp);
             block = incoming;
         }
     }

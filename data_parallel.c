@@ -11,9 +11,13 @@
 #include "data_parallel.h"
 #include "utils.h"
 
+// picotron's mark_param_as_ready, for a range of the flat gradient buffer
 static void bucket_grads_ready(void *ctx, size_t offset, size_t count) {
     DataParallel *dp = ctx;
     if (!dp->require_backward_grad_sync) return;
+    // give MPI a turn: on the CPU an all-reduce in flight advances only inside MPI calls
+    for (int b = 0; b < dp->num_buckets; b++)
+        if (dp->in_flight[b]) comm_test(&dp->handles[b]);
     dp->grads_pending -= count;
     for (int b = 0; b < dp->num_buckets; b++) {
         size_t lo = dp->start[b], hi = lo + dp->size[b];
@@ -32,7 +36,6 @@ static void bucket_grads_ready(void *ctx, size_t offset, size_t count) {
 void data_parallel_init(DataParallel *dp, Model *model, Group *group, int bucket_size_mb) {
     size_t n = model->num_params;
     size_t bucket = (size_t)bucket_size_mb * 1024 * 1024 / sizeof(float);
-    if (bucket == 0) bucket = n;
     *dp = (DataParallel){
         .model = model, .group = group, .require_backward_grad_sync = 1, .grads_pending = n};
     dp->num_buckets = (int)((n + bucket - 1) / bucket);

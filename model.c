@@ -99,7 +99,7 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, int n
     model->I = cfg->intermediate_size / tp;
     model->V = cfg->vocab_size / tp;
     model->vocab_start = pgm->tp_rank * model->V;
-    pipeline_stage_layers(&model->layer0, &model->L, cfg->num_hidden_layers, pgm->pp_size,
+    distribute_layers(&model->layer0, &model->L, cfg->num_hidden_layers, pgm->pp_size,
                           pgm->pp_rank);
     model->first_stage = pgm->pp_is_first;
     model->last_stage = pgm->pp_is_last;
@@ -191,7 +191,7 @@ static void layer_backward(Model *model, const LayerWeights *w, const LayerWeigh
     device_zero(model->dup, (size_t)N * I * sizeof(float));
     swiglu_backward(model->dgate, model->dup, model->dact, s->gate, s->up, (size_t)N * I);
     // forward: gate = ln2 @ gate_proj^T, up = ln2 @ up_proj^T
-    ColumnParallelLinear mlp_in[2] = {{dw->gate_proj, w->gate_proj, model->dgate, I},
+    ColumnParallelGrad mlp_in[2] = {{dw->gate_proj, w->gate_proj, model->dgate, I},
                                       {dw->up_proj, w->up_proj, model->dup, I}};
     device_zero(model->dln, NC * sizeof(float));
     column_parallel_linear_backward(model->dln, mlp_in, 2, s->ln2, N, C, tp, async);
@@ -211,7 +211,7 @@ static void layer_backward(Model *model, const LayerWeights *w, const LayerWeigh
     rope_backward(model->dq, model->rope_cos, model->rope_sin, B, T, H, D);
     rope_backward(model->dkv, model->rope_cos, model->rope_sin, B, T, KV, D);
     // forward: q, k, v = ln1 @ q_proj^T, ln1 @ k_proj^T, ln1 @ v_proj^T
-    ColumnParallelLinear attn_in[3] = {{dw->q_proj, w->q_proj, model->dq, H * D},
+    ColumnParallelGrad attn_in[3] = {{dw->q_proj, w->q_proj, model->dq, H * D},
                                        {dw->k_proj, w->k_proj, model->dkv, KV * D},
                                        {dw->v_proj, w->v_proj, model->dkv + NKVD, KV * D}};
     device_zero(model->dln, NC * sizeof(float));
@@ -269,15 +269,17 @@ void model_backward(Model *model, int slot) {
     if (model->last_stage) {
         device_zero(model->dresid, NC * sizeof(float));
         // forward: logits = lnf @ lm_head^T (column-parallel over the vocabulary)
-        ColumnParallelLinear head = {grad_of(model, model->lm_head), model->lm_head, a->dlogits, V};
+        ColumnParallelGrad head = {grad_of(model, model->lm_head), model->lm_head, a->dlogits, V};
         device_zero(model->dln, NC * sizeof(float));
         column_parallel_linear_backward(model->dln, &head, 1, a->lnf, N, C, tp,
                                         model->cfg.tp_async);
         // forward: lnf = rmsnorm(resid[L])
         rmsnorm_backward(model->dresid, grad_of(model, model->norm), model->dln,
                          model_stage_output(model, slot), model->norm, a->rstdf, N, C);
+        // the final norm and an untied head are the last tensors of layout_params
         grads_ready(model, model->norm, model->params + model->num_params);
-        if (tied && !model->first_stage) grads_ready(model, model->embed, model->embed + V * C);
+        if (tied && !model->first_stage)
+            grads_ready(model, model->embed, model->embed + (size_t)V * C);
     }
     for (int l = model->L - 1; l >= 0; l--) {
         const LayerWeights *w = &model->layers[l];

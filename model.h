@@ -8,7 +8,6 @@
 #include "tensor_parallel.h"
 
 #define MAX_PARAMS 4096
-#define MAX_SLOTS  64
 
 enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
 
@@ -36,12 +35,12 @@ typedef struct {
     float *resid_mid;       // (L, N, C): after attention's residual add
     float *ln1, *ln2;       // (L, N, C)
     float *rstd1, *rstd2;   // (L, N)
-    float *q, *att;         // (L, N, Hl*D)
-    float *kv;              // (L, 2, N, KVl*D): k then v, as the context ring sends them
+    float *q, *att;         // (L, N, H*D)
+    float *kv;              // (L, 2, N, KV*D): k then v, as the context ring sends them
     float *lse;             // (L, B, Hl, T)
     float *gate, *up, *act; // (L, N, Il)
     float *lnf, *rstdf;     // (N, C), (N): final norm (last stage)
-    float *dlogits;         // (N, Vl): gradient of the loss, computed with the forward
+    float *dlogits;         // (N, V): gradient of the loss, computed with the forward
     float loss;             // mean over this rank's tokens of the micro-batch
 } Activations;
 
@@ -59,17 +58,18 @@ typedef struct Model {
     size_t num_params;
     float *params, *grads, *m, *v;
     LayerWeights *layers;       // (L), pointers into params
-    float *embed;               // (Vl, C) first stage, and last stage when tied
+    float *embed;               // (V, C) first stage, and last stage when tied
     float *norm, *lm_head;      // last stage; lm_head == embed when tied
     float *rope_cos, *rope_sin; // (T, D/2) at the global positions of this rank's tokens
     // activations
-    Activations slots[MAX_SLOTS];
+    Activations *slots;                  // (num_slots)
     int num_slots, slots_in_use, peak_slots_in_use;
     // buffers shared by all slots: one micro-batch runs at a time
     float *dresid;                      // (N, C): gradient flowing down the residual stream
-    float *dln, *dq, *datt, *dkv;       // (N, C), (N, Hl*D) x2, (2, N, KVl*D)
-    float *dgate, *dup, *dact, *logits; // (N, Il) x3, (N, Vl)
+    float *dln, *dq, *datt, *dkv;       // (N, C), (N, H*D) x2, (2, N, KV*D)
+    float *dgate, *dup, *dact, *logits; // (N, I) x3, (N, V)
     VocabParallelLossBuffers loss_buffers;
+    float *scalar;                       // (1): a one-float all-reduce's buffer
     RingAttention ring;
     // data-parallel hook: called as each layer's gradients are final (NULL: none)
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);

@@ -54,8 +54,8 @@ void model_rope_tables(Model *model, const int *positions) {
 }
 
 void model_alloc_buffers(Model *model, int num_slots) {
-    if (num_slots > MAX_SLOTS) FAIL("use fewer micro-batches in flight", "%d slots", num_slots);
     model->num_slots = num_slots;
+    model->slots = xmalloc(num_slots * sizeof(Activations));
     for (int s = 0; s < num_slots; s++) alloc_activations(model, &model->slots[s]);
 
     size_t N = (size_t)model->B * model->T, HD = model->H * model->D;
@@ -73,8 +73,9 @@ void model_alloc_buffers(Model *model, int num_slots) {
         lb->maxes = device_malloc(N * sizeof(float));
         lb->stats = device_malloc(2 * N * sizeof(float));
         lb->losses = device_malloc(N * sizeof(float));
+        lb->loss_sum = device_malloc(sizeof(float));
     }
-    model->loss_buffers.loss_sum = device_malloc(sizeof(float)); // also the loss all-reduce's
+    model->scalar = device_malloc(sizeof(float));
 }
 
 static void free_activations(Activations *a) {
@@ -107,11 +108,12 @@ void model_free(Model *model) {
                         model->loss_buffers.maxes,
                         model->loss_buffers.stats,
                         model->loss_buffers.losses,
-                        model->loss_buffers.loss_sum};
+                        model->loss_buffers.loss_sum, model->scalar};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) device_free(buffers[i]);
     ring_attention_free(&model->ring);
     free(model->layers);
+    free(model->slots);
 }
 
 void model_set_batch(Model *model, int slot, const int *tokens, const int *targets) {

@@ -16,14 +16,16 @@ float learning_rate_at(const Config *cfg, int step) {
 float clip_grad_norm(Model *model) {
     if (model->cfg.grad_clip <= 0.0f) return 0.0f; // off, as picotron: spare the all-reduce
     ProcessGroupManager *pgm = model->pgm;
-    float *sum = model->loss_buffers.loss_sum;
+    float *sum = model->scalar;
     device_zero(sum, sizeof(float));
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
         // norms are replicated over tp; the tied embedding's copy on the last stage repeats the
         // first stage's: count each parameter once
         if (p->replicated_tp && pgm->tp_rank != 0) continue;
-        if (model->cfg.tie_word_embeddings && !model->first_stage && i == 0) continue;
+        if (model->cfg.tie_word_embeddings && !model->first_stage &&
+            p->offset == (size_t)(model->embed - model->params))
+            continue;
         sum_squares(sum, model->grads + p->offset, (size_t)p->rows * p->cols);
     }
     // every cp*dp replica holds the same averaged gradients: sum over all, divide them out

@@ -17,7 +17,7 @@
 #include "backend/backend.h"
 #include "utils.h"
 
-void pipeline_stage_layers(int *layer0, int *count, int num_layers, int pp, int stage) {
+void distribute_layers(int *layer0, int *count, int num_layers, int pp, int stage) {
     int base = num_layers / pp, extra = num_layers % pp;
     *count = base + (stage < extra);
     *layer0 = stage * base + (stage < extra ? stage : extra);
@@ -31,11 +31,11 @@ int pipeline_num_slots(const Config *cfg, int stage) {
     return in_flight < grad_acc ? in_flight : grad_acc;
 }
 
-// picotron's pipeline_communicate: the four directions and the two combined exchanges
 static size_t activation_size(const Model *model) {
     return (size_t)model->B * model->T * model->C;
 }
 
+// picotron's pipeline_communicate: the four directions and the two combined exchanges
 static void recv_forward(Model *model, int slot) {
     if (!model->first_stage)
         recv(model_stage_input(model, slot), activation_size(model), model->pgm->pp_prev,
@@ -73,7 +73,8 @@ static void send_backward_recv_forward(Model *model, int slot) {
 
 static float forward_micro_batch(Model *model, const Dataset *ds, int step, int micro) {
     int grad_acc = model->cfg.gradient_accumulation_steps, slot = micro % model->num_slots;
-    load_micro_batch(model, slot, ds, step, micro);
+    // only the first stage reads tokens and only the last the targets
+    if (model->first_stage || model->last_stage) load_micro_batch(model, slot, ds, step, micro);
     float loss_scale = 1.0f / ((float)model->B * model->T * grad_acc);
     return model_forward(model, slot, loss_scale) / grad_acc;
 }

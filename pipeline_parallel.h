@@ -5,7 +5,7 @@
 #include "data_parallel.h"
 
 // picotron's rule: stage i gets L/pp layers, the first L mod pp stages one more
-void pipeline_stage_layers(int *layer0, int *count, int num_layers, int pp, int stage);
+void distribute_layers(int *layer0, int *count, int num_layers, int pp, int stage);
 
 // activation slots a stage needs: all micro-batches under AFAB, pp - stage under 1F1B
 int pipeline_num_slots(const Config *cfg, int stage);

@@ -1,4 +1,6 @@
-// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019), as picotron's tensor_parallel.py.
+// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019), as picotron's tensor_parallel.py, except
+// the loss: picotron gathers the full logits (gather_output=True); here it is Megatron's
+// vocab-parallel cross-entropy.
 //
 // A decoder layer is split over the tp ranks so that only two all-reduces run per layer and
 // direction. The attention heads and the MLP's intermediate features are divided:
@@ -24,19 +26,16 @@ void column_parallel_linear_forward(float *out, const float *inp, const float *w
 // The linears that read one input (q, k and v read ln1) sum their input gradients locally and
 // all-reduce once: all-reducing after each would count the earlier ones tp times.
 // async (nanotron's): the all-reduce travels while the weight gradients are computed.
-void column_parallel_linear_backward(float *dinp, const ColumnParallelLinear *linears, int count,
+void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
                                      const float *inp, int N, int C, Group *tp, int async) {
     for (int i = 0; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
-    Handle h;
-    if (async) h = all_reduce_start(dinp, (size_t)N * C, REDUCE_SUM, tp);
+    Handle h = all_reduce_start(dinp, (size_t)N * C, REDUCE_SUM, tp);
+    if (!async) comm_wait(&h);
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
-    if (async)
-        comm_wait(&h);
-    else
-        all_reduce(dinp, (size_t)N * C, REDUCE_SUM, tp);
+    comm_wait(&h);  // a no-op when the all-reduce already ended
 }
 
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,

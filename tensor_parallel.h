@@ -1,29 +1,39 @@
-// Megatron-style 1-D tensor parallelism (see tensor_parallel.c).
+// Megatron-style 1-D tensor parallelism (see tensor_parallel.c). Sizes are this rank's: OC and I
+// are its share of the output and intermediate features, V its share of the vocabulary.
 #pragma once
 #include "backend/comm.h"
 
-// One column-parallel linear of a group that reads the same input (q, k, v; gate, up):
-// this rank's weight rows (OC, C), their gradient, and the gradient of the layer's output.
+// The backward of one column-parallel linear among several that read the same input (q, k, v;
+// gate, up): this rank's weight rows (OC, C), where their gradient accumulates, and the gradient
+// of the linear's output (N, OC). (picotron's ColumnParallelLinear is the module; this is the
+// work its backward needs.)
 typedef struct {
     float *dweight;
     const float *weight, *dout;
     int OC;
-} ColumnParallelLinear;
+} ColumnParallelGrad;
 
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T
 void column_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int C,
                                     int OC);
-void column_parallel_linear_backward(float *dinp, const ColumnParallelLinear *linears, int count,
+// dinp (N, C) += all_reduce(sum of dout_i @ weight_i); dweight_i += dout_i^T @ inp
+void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
                                      const float *inp, int N, int C, Group *tp, int async);
+// out (N, C) = all_reduce(inp (N, I) @ weight (C, I)^T)
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,
                                  int C, Group *tp);
+// dinp (N, I) += dout (N, C) @ weight (C, I); dweight (C, I) += dout^T @ inp
 void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, int N, int I, int C);
+// out (N, C) = all_reduce(rows of wte (V, C) for the tokens (N) in this rank's vocabulary range)
 void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
                                       int vocab_start, int V, Group *tp);
+// dwte (V, C) += dout (N, C) rows of the tokens in this rank's range
 void vocab_parallel_embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
                                        int C, int vocab_start, int V);
 
-// Small buffers of the vocab-parallel loss: (N) each, stats holds sumexp then target_logit (2N)
+// Small buffers of the vocab-parallel loss: maxes, losses (N); stats (2N): sumexp then the
+// target's logit; loss_sum (1)
 typedef struct {
     float *maxes, *stats, *losses, *loss_sum;
 } VocabParallelLossBuffers;

@@ -62,8 +62,8 @@ static float train_step(Model *model, DataParallel *dp, const Dataset *ds, int s
 }
 
 // the step's loss over the whole global batch: the mean over the cp*dp replicas
-static float average_loss(Model *model, float loss) {
-    float *buf = model->loss_buffers.loss_sum;
+static float average_loss_across_dp_cp_ranks(Model *model, float loss) {
+    float *buf = model->scalar;
     host_to_device(buf, &loss, sizeof(float));
     all_reduce(buf, 1, REDUCE_AVG, &model->pgm->cp_dp);
     device_to_host(&loss, buf, sizeof(float));
@@ -100,6 +100,7 @@ static void log_step(const Model *model, int step, float loss, long tokens_per_s
 
 int main(int argc, char **argv) {
     mpiCheck(MPI_Init(&argc, &argv));
+    user_errors_init();
     const char *config_path = parse_args(argc, argv);
     Config cfg;
     config_load(&cfg, config_path);
@@ -139,7 +140,12 @@ int main(int argc, char **argv) {
     // the data position follows from the step, so a resumed run continues where it stopped
     int first_step = cfg.load_path[0] ? checkpoint_load(&model, cfg.load_path) + 1 : 1;
     long tokens_seen = (first_step - 1) * tokens_per_step;
-    FILE *metrics = logger && cfg.metrics_file[0] ? xfopen(cfg.metrics_file, "w") : NULL;
+    // a resumed run adds to the metrics of the run it continues
+    FILE *metrics = logger && cfg.metrics_file[0]
+                        ? xfopen(cfg.metrics_file, cfg.load_path[0] ? "a" : "w")
+                        : NULL;
+    if (logger) device_peak_flops();  // measured (CPU) before the ranks compete for the cores
+    int steps_run = 0;
     for (int step = first_step; step <= cfg.total_train_steps; step++) {
         if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;
         double start = now_seconds();
@@ -150,10 +156,11 @@ int main(int argc, char **argv) {
         pipeline_sync_tied_embeddings(&model);
         clip_grad_norm(&model);
         optimizer_step(&model, learning_rate_at(&cfg, step), step);
-        loss = average_loss(&model, loss);
+        loss = average_loss_across_dp_cp_ranks(&model, loss);
         device_synchronize();
         double seconds = now_seconds() - start;
         tokens_seen += tokens_per_step;
+        steps_run++;
         if (logger) log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, world_size);
         if (logger && metrics) {
             fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f}\n",
@@ -166,9 +173,9 @@ int main(int argc, char **argv) {
             checkpoint_save(&model, dir, step);
         }
     }
-    if (logger)
+    if (logger && pgm.cp_dp.size > 1)
         printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
-               pgm.global_rank, dp.started_during_backward, dp.num_buckets * cfg.total_train_steps);
+               pgm.global_rank, dp.started_during_backward, dp.num_buckets * steps_run);
     if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
         printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
                pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);

@@ -1,11 +1,11 @@
 // Errors that end the whole job, checked I/O, timing.
 #include "utils.h"
 #include <mpi.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <errno.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 int world_rank(void) {
     int initialized = 0, finalized = 0, rank = 0;
@@ -37,20 +37,40 @@ void fail_at(const char *file, int line, const char *hint, const char *fmt, ...)
     end_job(1);
 }
 
+// where ranks that hit bad input find each other, apart from every other message
+static MPI_Comm error_comm = MPI_COMM_NULL;
+
+void user_errors_init(void) {
+    mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &error_comm));
+}
+
+// Bad input is usually seen by every rank at once (the same config): then rank 0 alone speaks and
+// all exit cleanly. A rank that alone sees it (its own checkpoint file) is not joined within 2 s,
+// speaks itself and ends the job. The wait tests and yields, like every wait here.
 void user_error(const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    // every rank hits the same bad input; rank 0 alone speaks so the user reads it once
+    int all_here = 0;
+    if (error_comm != MPI_COMM_NULL) {
+        MPI_Request req;
+        double deadline = now_seconds() + 2.0;
+        mpiCheck(MPI_Ibarrier(error_comm, &req));
+        while (!all_here && now_seconds() < deadline) {
+            mpiCheck(MPI_Test(&req, &all_here, MPI_STATUS_IGNORE));
+            if (!all_here) sched_yield();
+        }
+    }
+    if (!all_here) {
+        fprintf(stderr, "%s\n", msg);
+        end_job(1);
+    }
     if (world_rank() == 0) fprintf(stderr, "%s\n", msg);
-    // MPI_Abort kills every rank at once and mpirun may drop output it has not forwarded yet:
-    // rank 0 gives it a moment, the others wait for rank 0 to speak first
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (initialized) usleep(world_rank() == 0 ? 200000 : 2000000);
-    end_job(1);
+    fflush(stderr);
+    MPI_Finalize();
+    exit(1);
 }
 
 void mpi_check(int err, const char *what, const char *file, int line) {

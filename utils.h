@@ -13,6 +13,8 @@ void fail_at(const char *file, int line, const char *hint, const char *fmt, ...)
 
 // one line naming what is wrong and how to fix it, then exit non-zero on every rank
 void user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// after MPI_Init: lets the ranks that hit the same bad input agree that one of them reports it
+void user_errors_init(void);
 
 #define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
 void mpi_check(int err, const char *what, const char *file, int line);

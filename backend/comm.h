@@ -1,6 +1,6 @@
 // Collectives over one process group (backend/cpu/comm_mpi.c; NCCL in backend/cuda/comm_nccl.cu).
-// Buffers are device tensors of floats. A group of one rank makes every call a no-op copy, so
-// model.c calls the same functions whatever the layout.
+// Buffers are device tensors of floats. In a group of one rank every collective is a no-op (or a
+// copy), so model.c calls the same functions whatever the layout; send/recv to oneself is refused.
 // Every wait goes through comm_wait(), which tests and yields the CPU: MPICH's blocking calls
 // busy-poll, and with 8 ranks on 2 cores that makes a 1-float all-reduce 100x slower.
 #pragma once
@@ -39,4 +39,8 @@ void recv(float *buf, size_t n, int src, Group *g);
 void send_recv(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
 Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
 void comm_wait(Handle *h); // the one place that waits: test, yield, repeat
+// Never waits: finishes h and returns 1 if it has arrived, else 0. MPICH moves a non-blocking
+// collective along only inside MPI calls, so code that computes between a start and its wait
+// calls this now and then (data parallelism does after each layer's backward).
+int comm_test(Handle *h);
 void barrier(Group *g);

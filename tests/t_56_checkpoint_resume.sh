@@ -2,7 +2,8 @@
 # A run stopped at step 5 and resumed from its checkpoint trains exactly like one that never
 # stopped: the data position follows from the step and the checkpoint holds the parameters and
 # both AdamW moments, so steps 6-10 give bit-identical losses and final weights (tolerance 0),
-# here with dp=2 x tp=2 so every rank restores its own shard.
+# here with dp=2 x tp=2 so every rank restores its own shard. A shard missing for one rank only is
+# named in one line by that rank, and the job ends non-zero within seconds.
 cd "$(dirname "$0")/.." || exit 1
 dir=$(mktemp -d /tmp/picotron-resume.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
@@ -29,4 +30,12 @@ if ! diff <(tail -n 5 "$dir/straight.jsonl" | sed 's/, "seconds.*//') \
     echo "losses of steps 6-10 differ"; exit 1
 fi
 echo "losses of steps 6-10 identical"
-"${PICOTRON_BUILD:-build}/tests/tool_compare_checkpoints" "$dir/straight/10" "$dir/resumed/10" 0
+"${PICOTRON_BUILD:-build}/tests/tool_compare_checkpoints" "$dir/straight/10" "$dir/resumed/10" 0 ||
+    exit 1
+rm "$dir/straight/5/rank_00002.bin"
+start=$(date +%s)
+timeout 30 mpirun -np 4 ./train --config "$dir/resumed.json" >/dev/null 2>"$dir/err"
+rc=$? secs=$(( $(date +%s) - start ))
+line=$(grep -c "rank_00002.bin" "$dir/err")
+echo "one rank's shard missing: exit $rc after ${secs}s, $line line naming it: $(grep -m1 rank_00002 "$dir/err")"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$line" = 1 ] && [ $secs -le 15 ]

@@ -95,7 +95,7 @@ static void check_column_parallel(Group *tp, int async) {
     float *dw1_r = device_malloc(sizeof(float) * o1 * C);
     float *dw2_r = device_malloc(sizeof(float) * o2 * C);
     column_parallel_linear_forward(out, X, w1_r, N, C, o1);
-    ColumnParallelLinear lin[2] = {{dw1_r, w1_r, dout1, o1}, {dw2_r, w2_r, dout2, o2}};
+    ColumnParallelGrad lin[2] = {{dw1_r, w1_r, dout1, o1}, {dw2_r, w2_r, dout2, o2}};
     column_parallel_linear_backward(dinp, lin, 2, X, N, C, tp, async);
     char what[80];
     snprintf(what, sizeof what, "column-parallel forward (async %d)", async);

@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #define TILE 64
@@ -31,10 +32,13 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                              int KV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
+    // each thread's scratch, allocated here: a failing malloc must not end the job from a thread
+    size_t per_thread = (size_t)TILE * Tk + (size_t)TILE * D;
+    float *scratch = xmalloc(omp_get_max_threads() * per_thread * sizeof(float));
 #pragma omp parallel
     {
-        float *p = xmalloc((size_t)TILE * Tk * sizeof(float)); // (TILE, Tk) scores, then probs
-        float *o = xmalloc((size_t)TILE * D * sizeof(float));  // (TILE, D) this block's output
+        float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) scores, then probs
+        float *o = p + (size_t)TILE * Tk;                         // (TILE, D) this block's output
         float tile_lse[TILE], tile_sum[TILE];
         // tiles further down a causal block see more keys: hand them out one at a time
 #pragma omp for collapse(3) schedule(dynamic, 1)
@@ -88,9 +92,8 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                 }
             }
         }
-        free(p);
-        free(o);
     }
+    free(scratch);
 }
 
 // delta (B, H, T) = rowsum(dout * out): the softmax backward's sum_j p_j dp_j, per query row
@@ -117,10 +120,12 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               int KV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
+    size_t per_thread = 2 * (size_t)TILE * Tk;
+    float *scratch = xmalloc(omp_get_max_threads() * per_thread * sizeof(float));
 #pragma omp parallel
     {
-        float *p = xmalloc((size_t)TILE * Tk * sizeof(float));  // (TILE, Tk) probabilities
-        float *ds = xmalloc((size_t)TILE * Tk * sizeof(float)); // (TILE, Tk) score gradients
+        float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) probabilities
+        float *ds = p + (size_t)TILE * Tk;                        // (TILE, Tk) score gradients
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++) {
             for (int g = 0; g < KV; g++) {
@@ -169,7 +174,6 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                 }
             }
         }
-        free(p);
-        free(ds);
     }
+    free(scratch);
 }

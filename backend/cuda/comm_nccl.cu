@@ -171,6 +171,20 @@ void comm_wait(Handle *h) {
     }
 }
 
+int comm_test(Handle *h) {
+    DeviceOp *op = (DeviceOp *)h->device_op;
+    if (op && op->done) {
+        cudaError_t st = cudaEventQuery(op->done);
+        if (st == cudaErrorNotReady) return 0;
+        cudaCheck(st);
+    }
+    int done = 1;
+    MPI_Status status[2];
+    if (h->count > 0) mpiCheck(MPI_Testall(h->count, h->req, &done, status));
+    if (done) comm_wait(h);  // nothing left to wait for: only the copies and the mean
+    return done;
+}
+
 static ncclRedOp_t nccl_op(ReduceOp op) {
     return op == REDUCE_MAX ? ncclMax : ncclSum;
 }
