@@ -2,7 +2,6 @@
 #include "checkpoint.h"
 #include <errno.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "backend/backend.h"
 #include "utils.h"
 
@@ -12,23 +11,10 @@ static void rank_path(char *path, size_t size, const char *dir, int rank) {
     snprintf(path, size, "%s/rank_%05d.bin", dir, rank);
 }
 
-// mkdir -p
-static void make_dirs(const char *dir) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char end = *p;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            FAIL("set checkpoint.save_dir to a folder you can write", "cannot create %s", path);
-        *p = end;
-        if (end == '\0') break;
-    }
-}
-
 void checkpoint_save(const Model *model, const char *dir, int step) {
-    make_dirs(dir);
+    if (make_dirs(dir) != 0)
+        FAIL("set checkpoint.save_dir to a folder you can write", "cannot create %s: %s", dir,
+             strerror(errno));
     char path[1024];
     rank_path(path, sizeof path, dir, model->pgm->global_rank);
     FILE *f = xfopen(path, "wb");

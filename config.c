@@ -279,13 +279,9 @@ static char *read_text(const char *path) {
                    strerror(errno));
     if (S_ISDIR(st.st_mode))
         user_error("config error: %s is a folder; pass the config.json inside it", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) user_error("config error: cannot read %s: %s", path, strerror(errno));
-    char *text = xmalloc(st.st_size + 1);
-    if (fread(text, 1, st.st_size, f) != (size_t)st.st_size)
-        user_error("config error: cannot read %s: short read", path);
-    fclose(f);
-    return text; // xmalloc zeroes, so it ends in '\0'
+    char *text = read_whole_file(path, NULL);
+    if (!text) user_error("config error: cannot read %s: %s", path, strerror(errno));
+    return text;
 }
 
 enum { NOT_GIVEN, GIVEN_NULL, GIVEN_VALUE };

@@ -186,12 +186,8 @@ static cJSON *read_json(const char *path) {
         snprintf(file, sizeof file, "%s/config.json", path);
     if (stat(file, &st) != 0)
         user_error("create_config: --model_config %s: %s", file, strerror(errno));
-    FILE *f = fopen(file, "rb");
-    if (!f) user_error("create_config: --model_config %s: %s", file, strerror(errno));
-    char *text = xmalloc(st.st_size + 1);
-    if (fread(text, 1, st.st_size, f) != (size_t)st.st_size)
-        user_error("create_config: --model_config %s: short read", file);
-    fclose(f);
+    char *text = read_whole_file(file, NULL);
+    if (!text) user_error("create_config: --model_config %s: %s", file, strerror(errno));
     cJSON *root = cJSON_Parse(text);
     if (!cJSON_IsObject(root))
         user_error("create_config: --model_config %s is not a JSON object (is it a Hugging Face "
@@ -257,20 +253,6 @@ static void read_model_config(Config *cfg, const char *path) {
     cJSON_Delete(root);
 }
 
-static void make_dirs(const char *path) { // mkdir -p
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            user_error("create_config: cannot create folder %s: %s", dir, strerror(errno));
-        *p = c;
-        if (!c) break;
-    }
-}
-
 static void print_thousands(char *out, size_t size, long x) { // 1048576 -> "1,048,576"
     char digits[32];
     int n = snprintf(digits, sizeof digits, "%ld", x), o = 0;
@@ -320,7 +302,8 @@ int main(int argc, char **argv) {
         user_error("create_config: %s already exists; pass --overwrite to replace its "
                    "config.json, or choose another --exp_name",
                    run_path);
-    make_dirs(run_path);
+    if (make_dirs(run_path) != 0)
+        user_error("create_config: cannot create folder %s: %s", run_path, strerror(errno));
     snprintf(path, sizeof path, "%s/config.json", run_path);
     if (config_save(&cfg, path) != 0)
         user_error("create_config: cannot write %s: %s", path, strerror(errno));

@@ -35,18 +35,14 @@ static void write_le(unsigned char *p, uint64_t x, int bytes) {
     for (int i = 0; i < bytes; i++, x >>= 8) p[i] = (unsigned char)(x & 0xff);
 }
 
-// The whole file in memory; a file that cannot be opened is the user's to fix, so it gets one
-// line rather than a stack of hints.
+// The whole file in memory; a file that cannot be read is the user's to fix: one line
 static unsigned char *read_file(const char *path, long *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f && errno == ENOENT)
+    size_t n = 0;
+    unsigned char *bytes = (unsigned char *)read_whole_file(path, &n);
+    if (!bytes && errno == ENOENT)
         user_error("dataset error: %s: no such file (%s)", path, DATASET_HINT);
-    if (!f) user_error("dataset error: %s: %s (%s)", path, strerror(errno), DATASET_HINT);
-    if (fseek(f, 0, SEEK_END) != 0 || (*size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
-        user_error("dataset error: %s: cannot read it (%s)", path, DATASET_HINT);
-    unsigned char *bytes = xmalloc((size_t)*size);
-    xfread(bytes, 1, (size_t)*size, f);
-    fclose(f);
+    if (!bytes) user_error("dataset error: %s: %s (%s)", path, strerror(errno), DATASET_HINT);
+    *size = (long)n;
     return bytes;
 }
 

@@ -100,7 +100,7 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, int n
     model->V = cfg->vocab_size / tp;
     model->vocab_start = pgm->tp_rank * model->V;
     distribute_layers(&model->layer0, &model->L, cfg->num_hidden_layers, pgm->pp_size,
-                          pgm->pp_rank);
+                      pgm->pp_rank);
     model->first_stage = pgm->pp_is_first;
     model->last_stage = pgm->pp_is_last;
     model->layers = xmalloc((model->L ? model->L : 1) * sizeof(LayerWeights));
@@ -192,7 +192,7 @@ static void layer_backward(Model *model, const LayerWeights *w, const LayerWeigh
     swiglu_backward(model->dgate, model->dup, model->dact, s->gate, s->up, (size_t)N * I);
     // forward: gate = ln2 @ gate_proj^T, up = ln2 @ up_proj^T
     ColumnParallelGrad mlp_in[2] = {{dw->gate_proj, w->gate_proj, model->dgate, I},
-                                      {dw->up_proj, w->up_proj, model->dup, I}};
+                                    {dw->up_proj, w->up_proj, model->dup, I}};
     device_zero(model->dln, NC * sizeof(float));
     column_parallel_linear_backward(model->dln, mlp_in, 2, s->ln2, N, C, tp, async);
     // forward: ln2 = rmsnorm(mid)
@@ -212,8 +212,8 @@ static void layer_backward(Model *model, const LayerWeights *w, const LayerWeigh
     rope_backward(model->dkv, model->rope_cos, model->rope_sin, B, T, KV, D);
     // forward: q, k, v = ln1 @ q_proj^T, ln1 @ k_proj^T, ln1 @ v_proj^T
     ColumnParallelGrad attn_in[3] = {{dw->q_proj, w->q_proj, model->dq, H * D},
-                                       {dw->k_proj, w->k_proj, model->dkv, KV * D},
-                                       {dw->v_proj, w->v_proj, model->dkv + NKVD, KV * D}};
+                                     {dw->k_proj, w->k_proj, model->dkv, KV * D},
+                                     {dw->v_proj, w->v_proj, model->dkv + NKVD, KV * D}};
     device_zero(model->dln, NC * sizeof(float));
     column_parallel_linear_backward(model->dln, attn_in, 3, s->ln1, N, C, tp, async);
     // forward: ln1 = rmsnorm(x)

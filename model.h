@@ -62,14 +62,14 @@ typedef struct Model {
     float *norm, *lm_head;      // last stage; lm_head == embed when tied
     float *rope_cos, *rope_sin; // (T, D/2) at the global positions of this rank's tokens
     // activations
-    Activations *slots;                  // (num_slots)
+    Activations *slots; // (num_slots)
     int num_slots, slots_in_use, peak_slots_in_use;
     // buffers shared by all slots: one micro-batch runs at a time
     float *dresid;                      // (N, C): gradient flowing down the residual stream
     float *dln, *dq, *datt, *dkv;       // (N, C), (N, H*D) x2, (2, N, KV*D)
     float *dgate, *dup, *dact, *logits; // (N, I) x3, (N, V)
     VocabParallelLossBuffers loss_buffers;
-    float *scalar;                       // (1): a one-float all-reduce's buffer
+    float *scalar; // (1): a one-float all-reduce's buffer
     RingAttention ring;
     // data-parallel hook: called as each layer's gradients are final (NULL: none)
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);

@@ -108,7 +108,8 @@ void model_free(Model *model) {
                         model->loss_buffers.maxes,
                         model->loss_buffers.stats,
                         model->loss_buffers.losses,
-                        model->loss_buffers.loss_sum, model->scalar};
+                        model->loss_buffers.loss_sum,
+                        model->scalar};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) device_free(buffers[i]);
     ring_attention_free(&model->ring);

@@ -35,7 +35,7 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
-    comm_wait(&h);  // a no-op when the all-reduce already ended
+    comm_wait(&h); // a no-op when the all-reduce already ended
 }
 
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,

@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     FILE *metrics = logger && cfg.metrics_file[0]
                         ? xfopen(cfg.metrics_file, cfg.load_path[0] ? "a" : "w")
                         : NULL;
-    if (logger) device_peak_flops();  // measured (CPU) before the ranks compete for the cores
+    if (logger) device_peak_flops(); // measured (CPU) before the ranks compete for the cores
     int steps_run = 0;
     for (int step = first_step; step <= cfg.total_train_steps; step++) {
         if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int world_rank(void) {
@@ -150,4 +151,39 @@ int edit_distance(const char *a, const char *b) {
         memcpy(prev, cur, sizeof prev);
     }
     return prev[lb];
+}
+
+char *read_whole_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        errno = EIO;
+        return NULL;
+    }
+    char *bytes = xmalloc((size_t)n + 1); // zeroed: text ends in '\0'
+    size_t got = fread(bytes, 1, (size_t)n, f);
+    fclose(f);
+    if (got != (size_t)n) {
+        free(bytes);
+        errno = EIO;
+        return NULL;
+    }
+    if (size) *size = (size_t)n;
+    return bytes;
+}
+
+int make_dirs(const char *path) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char end = *p;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+        *p = end;
+        if (end == '\0') return 0;
+    }
 }

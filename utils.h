@@ -38,3 +38,9 @@ char *readable(char *buf, double x);
 
 // Levenshtein distance of the first 63 characters, for "did you mean" messages
 int edit_distance(const char *a, const char *b);
+
+// The whole file, '\0'-terminated, its length in *size; NULL with errno set when it cannot be
+// read, so each caller words the one-line error its user needs
+char *read_whole_file(const char *path, size_t *size);
+// mkdir -p: 0, or -1 with errno set
+int make_dirs(const char *path);

@@ -38,7 +38,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) scores, then probs
-        float *o = p + (size_t)TILE * Tk;                         // (TILE, D) this block's output
+        float *o = p + (size_t)TILE * Tk;                       // (TILE, D) this block's output
         float tile_lse[TILE], tile_sum[TILE];
         // tiles further down a causal block see more keys: hand them out one at a time
 #pragma omp for collapse(3) schedule(dynamic, 1)
@@ -125,7 +125,7 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) probabilities
-        float *ds = p + (size_t)TILE * Tk;                        // (TILE, Tk) score gradients
+        float *ds = p + (size_t)TILE * Tk;                      // (TILE, Tk) score gradients
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++) {
             for (int g = 0; g < KV; g++) {

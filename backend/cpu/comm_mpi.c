@@ -66,7 +66,7 @@ int comm_test(Handle *h) {
     int done = 1;
     MPI_Status status[2];
     if (h->count > 0) mpiCheck(MPI_Testall(h->count, h->req, &done, status));
-    if (done) comm_wait(h);  // nothing left to wait for: only the mean to take
+    if (done) comm_wait(h); // nothing left to wait for: only the mean to take
     return done;
 }
 
