@@ -11,18 +11,10 @@
 # with one row per job; a job without enough steps gets empty numbers (its status says why).
 set -uo pipefail
 
-die() {
-    echo "extract_metrics.sh: error: $*" >&2
-    exit 1
-}
-
-# json_get FILE SECTION KEY: as in submit_slurm_jobs.sh (flat sections, quotes stripped)
-json_get() {
-    tr '\n\r\t' '   ' <"$1" |
-        grep -oE "\"$2\"[[:space:]]*:[[:space:]]*\{[^}]*\}" | head -n1 |
-        grep -oE "\"$3\"[[:space:]]*:[[:space:]]*(\"[^\"]*\"|[^,}[:space:]]+)" | head -n1 |
-        sed -E 's/^[^:]*:[[:space:]]*//; s/^"//; s/"$//'
-}
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# die and json_get
+# shellcheck source=scripts/slurm_common.sh
+source "$script_dir/scripts/slurm_common.sh"
 
 inp_dir="" skip=3
 while [ $# -gt 0 ]; do

@@ -46,19 +46,10 @@ usage: ./submit_slurm_jobs.sh --inp_dir DIR [options]
 EOF
 }
 
-die() { # one line on stderr, then exit 1
-    echo "submit_slurm_jobs.sh: error: $*" >&2
-    exit 1
-}
-
-# json_get FILE SECTION KEY: the value of SECTION.KEY in a config.json (quotes stripped), empty
-# when absent. The config's sections are flat objects, so "[^}]*" spans exactly one section.
-json_get() {
-    tr '\n\r\t' '   ' <"$1" |
-        grep -oE "\"$2\"[[:space:]]*:[[:space:]]*\{[^}]*\}" | head -n1 |
-        grep -oE "\"$3\"[[:space:]]*:[[:space:]]*(\"[^\"]*\"|[^,}[:space:]]+)" | head -n1 |
-        sed -E 's/^[^:]*:[[:space:]]*//; s/^"//; s/"$//'
-}
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# die and json_get
+# shellcheck source=scripts/slurm_common.sh
+source "$script_dir/scripts/slurm_common.sh"
 
 is_posint() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
 
@@ -108,7 +99,6 @@ is_posint "$gpus_per_node" || die "--gpus_per_node must be a positive integer, n
     die "--launcher $launcher: expected srun or mpirun"
 [ -z "$time_limit" ] && die "--time needs a limit such as 01:00:00"
 inp_dir=$(cd "$inp_dir" && pwd)
-script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 [ -n "$train" ] || train=$script_dir/train
 [[ $train == /* ]] || train=$PWD/$train
 

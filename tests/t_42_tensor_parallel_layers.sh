@@ -5,16 +5,6 @@
 # relative (TOL in tests/test_tensor_parallel.c), and the loss touches no more than its
 # (N, V/tp) shard of the logits.
 set -u
-BUILD=${PICOTRON_BUILD:-build}
-BIN=$BUILD/tests/test_tensor_parallel
-command -v mpirun >/dev/null || { echo "mpirun not found: install mpich (make deps)"; exit 77; }
-[ -x "$BIN" ] || { echo "$BIN is missing: build it with make $BIN"; exit 1; }
-export OMP_NUM_THREADS=1   # up to 4 ranks share the cores
-status=0
-for np in 2 4; do
-    out=$(timeout 60 mpirun -np $np "$BIN" 2>&1)
-    rc=$?
-    echo "$out" | sed "s/^/np=$np: /"
-    [ $rc -eq 0 ] || { echo "np=$np: test_tensor_parallel exited $rc"; status=1; }
-done
-exit $status
+# shellcheck source=tests/mpi_test_lib.sh
+source "$(dirname "$0")/mpi_test_lib.sh"
+run_mpi_test test_tensor_parallel 2 4

@@ -4,6 +4,7 @@
 // init_tensor's shards are bit-identical to the whole tensor; adamw_update follows torch's AdamW.
 #include "backend/backend.h"
 #include "utils.h"
+#include "tests/test_util.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -44,21 +45,11 @@ static float *copy_of(const float *x, size_t n) {
     return y;
 }
 
-// max |a - b| / max |b|: errors relative to the size of the reference
-static double rel_err(const float *a, const float *b, size_t n) {
-    double diff = 0.0, size = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-        size = fmax(size, fabs((double)b[i]));
-    }
-    return diff / size;
-}
-
 // gradient after two backward calls against twice the gradient of one
 static double doubled_err(const float *twice, const float *once, size_t n) {
     float *two = copy_of(once, n);
     for (size_t i = 0; i < n; i++) two[i] *= 2.0f;
-    double err = rel_err(twice, two, n);
+    double err = rel_to_max(twice, two, n);
     free(two);
     return err;
 }
@@ -91,7 +82,7 @@ static double fd_err(const Objective *o, float *x, const float *grad, size_t n) 
         fd[i] = (float)((Lhi - Llo) / ((double)hi - lo)); // the step float really took
     }
     objective(o); // leave out as the unperturbed inputs give it
-    double err = rel_err(fd, grad, n);
+    double err = rel_to_max(fd, grad, n);
     free(fd);
     return err;
 }
@@ -120,7 +111,7 @@ static void test_matmul(void) {
     check("matmul backward twice = 2x (dinp)", doubled_err(dinp, dinp1, ni), EXACT_TOL);
     check("matmul backward twice = 2x (dweight)", doubled_err(dw, dw1, nw), EXACT_TOL);
     matmul_backward(NULL, only, R, m.inp, m.w, m.N, m.C, m.OC);
-    check("matmul backward with dinp = NULL gives dweight", rel_err(only, dw1, nw), EXACT_TOL);
+    check("matmul backward with dinp = NULL gives dweight", rel_to_max(only, dw1, nw), EXACT_TOL);
     free(m.inp), free(m.w), free(m.out), free(R), free(dinp), free(dw), free(dinp1), free(dw1);
     free(only);
 }
@@ -211,7 +202,7 @@ static void test_rope(void) {
     check("rope dx vs finite differences", fd_err(&o, r.x, dx, n), FD_TOL);
     float *back = copy_of(r.out, n); // out = rope_forward(x)
     rope_backward(back, r.cos, r.sin, r.B, r.T, r.NH, r.D);
-    check("rope_backward(rope_forward(x)) == x", rel_err(back, r.x, n), EXACT_TOL);
+    check("rope_backward(rope_forward(x)) == x", rel_to_max(back, r.x, n), EXACT_TOL);
     free(r.x), free(r.out), free(r.cos), free(r.sin), free(R), free(dx), free(back);
 }
 
@@ -374,10 +365,10 @@ static void test_attention(void) {
     concat_blocks(cat.v[0], two.v[0], two.v[1], &two, 0);
     attention_fwd(&two);
     attention_fwd(&cat);
-    check("attention two blocks merged == one block: out", rel_err(two.out, cat.out, q_size(&two)),
-          EXACT_TOL);
+    check("attention two blocks merged == one block: out",
+          rel_to_max(two.out, cat.out, q_size(&two)), EXACT_TOL);
     check("attention two blocks merged == one block: lse",
-          rel_err(two.lse, cat.lse, (size_t)2 * 4 * 6), EXACT_TOL);
+          rel_to_max(two.lse, cat.lse, (size_t)2 * 4 * 6), EXACT_TOL);
     float *R = rand_array(q_size(&two), 1.0f);
     float *dq2 = zeros(q_size(&two)), *dq1 = zeros(q_size(&two));
     float *dk2[] = {zeros(kv_size(&two, 0)), zeros(kv_size(&two, 1))};
@@ -388,10 +379,10 @@ static void test_attention(void) {
     attention_bwd(&cat, R, dq1, &dkc, &dvc);
     concat_blocks(dkcat, dk2[0], dk2[1], &two, 0);
     concat_blocks(dvcat, dv2[0], dv2[1], &two, 0);
-    check("attention two blocks merged == one block: dq, dk, dv",
-          fmax(rel_err(dq2, dq1, q_size(&two)),
-               fmax(rel_err(dkcat, dkc, kv_size(&cat, 0)), rel_err(dvcat, dvc, kv_size(&cat, 0)))),
-          EXACT_TOL);
+    double dqkv_err =
+        fmax(rel_to_max(dq2, dq1, q_size(&two)), fmax(rel_to_max(dkcat, dkc, kv_size(&cat, 0)),
+                                                      rel_to_max(dvcat, dvc, kv_size(&cat, 0))));
+    check("attention two blocks merged == one block: dq, dk, dv", dqkv_err, EXACT_TOL);
 
     // the same bits whatever the number of OpenMP threads
     int threads = omp_get_max_threads();
@@ -461,7 +452,7 @@ static void test_cross_entropy(void) {
     float sumexp[N], tl[N], losses[N];
     for (int n = 0; n < N; n++) sumexp[n] = se0[n] + se1[n], tl[n] = tl0[n] + tl1[n];
     cross_entropy_loss(losses, maxes, sumexp, tl, N);
-    check("cross-entropy two vocab shards == full vocab: losses", rel_err(losses, c.losses, N),
+    check("cross-entropy two vocab shards == full vocab: losses", rel_to_max(losses, c.losses, N),
           EXACT_TOL);
     float d0[N * V0] = {0}, d1[N * V1] = {0}, joined[N * V];
     cross_entropy_backward(d0, s0, maxes, sumexp, targets, dloss, N, V0, 0);
@@ -470,8 +461,8 @@ static void test_cross_entropy(void) {
         memcpy(joined + n * V, d0 + n * V0, V0 * sizeof(float));
         memcpy(joined + n * V + V0, d1 + n * V1, V1 * sizeof(float));
     }
-    check("cross-entropy two vocab shards == full vocab: dlogits", rel_err(joined, dlogits, N * V),
-          EXACT_TOL);
+    check("cross-entropy two vocab shards == full vocab: dlogits",
+          rel_to_max(joined, dlogits, N * V), EXACT_TOL);
     float *d_once = copy_of(dlogits, N * V);
     cross_entropy_backward(dlogits, c.logits, c.maxes, c.sumexp, targets, dloss, N, V, 0);
     check("cross-entropy backward twice = 2x", doubled_err(dlogits, d_once, N * V), EXACT_TOL);

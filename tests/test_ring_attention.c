@@ -10,33 +10,14 @@
 #include "context_parallel.h"
 #include "process_group_manager.h"
 #include "utils.h"
+#include "tests/test_util.h"
 
 // the ring merges cp partial softmaxes in float where the reference does one pass
 #define TOL 1e-5
 enum { B = 2, S = 32, H = 4, KV = 2, D = 8 };
 
 static int failures;
-static uint64_t rng_state = 0x13198A2E03707344ull; // the same seed on every rank
 
-static float uniform(void) { // [-1, 1)
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)(rng_state >> 40) / (float)(1 << 23) - 1.0f;
-}
-static float *random_host(size_t n) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = uniform();
-    return x;
-}
-static void *to_device(const void *host, size_t bytes) {
-    void *d = device_malloc(bytes);
-    host_to_device(d, host, bytes);
-    return d;
-}
-static float *to_host(const float *dev, size_t n) {
-    float *h = xmalloc(n * sizeof(float));
-    device_to_host(h, dev, n * sizeof(float));
-    return h;
-}
 // (B, T, W) = the rows at pos (T) of x (B, S, W)
 static float *rows_at(const float *x, const int *pos, int T, int W) {
     float *out = xmalloc((size_t)B * T * W * sizeof(float));
@@ -48,21 +29,12 @@ static float *rows_at(const float *x, const int *pos, int T, int W) {
 }
 
 static void check(const char *what, int zigzag, const float *got_dev, const float *ref, size_t n) {
-    float *got = to_host(got_dev, n);
-    double max_ref = 0, max_diff = 0;
-    for (size_t i = 0; i < n; i++) {
-        max_ref = fmax(max_ref, fabs(ref[i]));
-        double d = fabs((double)got[i] - ref[i]);
-        max_diff = isnan(d) ? INFINITY : fmax(max_diff, d);
-    }
-    double rel = max_diff / fmax(max_ref, 1e-30), worst;
-    mpiCheck(MPI_Allreduce(&rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    double worst = rel_to_max_all_ranks(got_dev, ref, n);
     int bad = !(worst <= TOL);
     failures += bad;
     if (world_rank() == 0)
         printf("%-4s zigzag %d %-4s max rel diff %.1e (tol %.0e)\n", bad ? "FAIL" : "ok", zigzag,
                what, worst, TOL);
-    free(got);
 }
 
 // reference on the whole sequence, host copies: out, dout (B,S,H,D), lse (B,H,S), dq, dk, dv
@@ -144,10 +116,7 @@ static void check_ring(const Reference *ref, Group *cp, int zigzag) {
 }
 
 int main(int argc, char **argv) {
-    mpiCheck(MPI_Init(&argc, &argv));
-    backend_init(0);
-    int world;
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    int world = mpi_test_init(&argc, &argv, 0x13198A2E03707344ull);
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, 1, world, 1, 1);
     if (S % (2 * world))

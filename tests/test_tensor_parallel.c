@@ -12,33 +12,14 @@
 #include "process_group_manager.h"
 #include "tensor_parallel.h"
 #include "utils.h"
+#include "tests/test_util.h"
 
 // float sums of up to a few hundred products, compared with the same sums in another order
 #define TOL   1e-5
 #define GUARD 64 // NaN floats after a sharded loss buffer
 
 static int failures;
-static uint64_t rng_state = 0x243F6A8885A308D3ull; // the same seed on every rank
 
-static float uniform(void) { // [-1, 1)
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)(rng_state >> 40) / (float)(1 << 23) - 1.0f;
-}
-static float *random_host(size_t n) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = uniform();
-    return x;
-}
-static float *to_device(const void *host, size_t bytes) {
-    float *d = device_malloc(bytes);
-    host_to_device(d, host, bytes);
-    return d;
-}
-static float *to_host(const float *dev, size_t n) {
-    float *h = xmalloc(n * sizeof(float));
-    device_to_host(h, dev, n * sizeof(float));
-    return h;
-}
 // the columns [c0, c0 + cols) of a (rows, ld) matrix, as a (rows, cols) one
 static float *columns(const float *x, int rows, int ld, int c0, int cols) {
     float *out = xmalloc((size_t)rows * cols * sizeof(float));
@@ -49,20 +30,11 @@ static float *columns(const float *x, int rows, int ld, int c0, int cols) {
 
 // got: a device tensor; ref: host values. The worst rank's error is reported and judged.
 static void check(const char *what, const float *got_dev, const float *ref, size_t n) {
-    float *got = to_host(got_dev, n);
-    double max_ref = 0, max_diff = 0;
-    for (size_t i = 0; i < n; i++) {
-        max_ref = fmax(max_ref, fabs(ref[i]));
-        double d = fabs((double)got[i] - ref[i]);
-        max_diff = isnan(d) ? INFINITY : fmax(max_diff, d);
-    }
-    double rel = max_diff / fmax(max_ref, 1e-30), worst;
-    mpiCheck(MPI_Allreduce(&rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    double worst = rel_to_max_all_ranks(got_dev, ref, n);
     int bad = !(worst <= TOL);
     failures += bad;
     if (world_rank() == 0)
         printf("%-4s %-52s max rel diff %.1e (tol %.0e)\n", bad ? "FAIL" : "ok", what, worst, TOL);
-    free(got);
 }
 
 static void check_column_parallel(Group *tp, int async) {
@@ -228,10 +200,7 @@ static void check_cross_entropy(Group *tp) {
 }
 
 int main(int argc, char **argv) {
-    mpiCheck(MPI_Init(&argc, &argv));
-    backend_init(0);
-    int world;
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    int world = mpi_test_init(&argc, &argv, 0x243F6A8885A308D3ull);
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, world, 1, 1, 1);
     if (48 % world || 16 % world || 64 % world || 32 % world)

@@ -19,6 +19,7 @@
 //                  the elements (CUDA's double log/cos vs glibc's, see backend/cuda/init.cu)
 // Runs on one GPU; prints one line per comparison and "N passed, N failed" last.
 #include "backend/backend.h"
+#include "tests/gpu/bf16_round.h"
 #include "tests/gpu/cpu_twins.h"
 #include "utils.h"
 #include <math.h>
@@ -125,18 +126,6 @@ static void test_matmul(void) {
     free(inp), free(w), free(out), free(dout), free(dinp), free(dw);
     device_free(d_inp), device_free(d_w), device_free(d_out), device_free(d_dout);
     device_free(d_dinp), device_free(d_dw);
-}
-
-// round to nearest even, as __float2bfloat16_rn (no NaN or inf in these inputs)
-static float *bf16_rounded(const float *x, size_t n) {
-    float *r = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        memcpy(&r[i], &u, 4);
-    }
-    return r;
 }
 
 // backend_set_dtype("bfloat16"): the products read bf16 copies of fp32 operands, write fp32
