@@ -4,15 +4,8 @@
 // steals the core from the rank it waits for, and a 1-float all-reduce gets 5-100x slower
 // (bench/bench_wait.c measures it). MPI_Testall + sched_yield hands the core over instead.
 // A group of one rank does no MPI at all: the call is a copy (or nothing) and the handle is done.
-#include "backend/comm.h"
-#include "utils.h"
-#include <limits.h>
+#include "backend/comm_common.h"
 #include <sched.h>
-#include <string.h>
-
-// one tag for every point-to-point message: MPI then keeps them in order between two ranks, so a
-// send() on one side matches the receive half of a send_recv() on the other
-#define TAG 0
 
 void group_init(Group *g, MPI_Comm comm) {
     g->comm = comm;
@@ -28,20 +21,6 @@ void group_free(Group *g) {
     if (g->comm != MPI_COMM_NULL && g->comm != MPI_COMM_WORLD && g->comm != MPI_COMM_SELF)
         mpiCheck(MPI_Comm_free(&g->comm));
     g->comm = MPI_COMM_NULL;
-}
-
-// MPI counts are ints; 2^31-1 floats (8 GiB) per call is far above any bucket or activation here,
-// so a larger one is a caller's bug and is refused rather than chunked
-static int mpi_count(size_t n, const char *what) {
-    if (n > INT_MAX)
-        FAIL("split the buffer: one MPI call moves at most 2^31-1 floats",
-             "%s of %zu floats exceeds INT_MAX", what, n);
-    return (int)n;
-}
-
-static Handle handle_done(void) {
-    Handle h = {.req = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}, .count = 0, .avg_buf = NULL};
-    return h;
 }
 
 void comm_wait(Handle *h) {
@@ -126,15 +105,6 @@ void broadcast(float *buf, size_t n, int root, Group *g) {
     mpiCheck(MPI_Ibcast(buf, count, MPI_FLOAT, root, g->comm, &h.req[0]));
     h.count = 1;
     comm_wait(&h);
-}
-
-// A lone send or recv needs another rank of the group at the other end: to itself, or in a group
-// of one, it would wait forever. send_recv may name itself: its receive is already posted.
-static void check_peer(int peer, int allow_self, const char *what, Group *g) {
-    if (peer < 0 || peer >= g->size || (peer == g->rank && !allow_self))
-        FAIL("point-to-point peers are ranks of the same group (pp_prev/pp_next, the cp ring); "
-             "skip the call when the axis has size 1",
-             "%s peer %d from rank %d in a group of %d", what, peer, g->rank, g->size);
 }
 
 void send(const float *buf, size_t n, int dst, Group *g) {

@@ -10,12 +10,10 @@
 // Every wait on the host tests and yields (sched_yield), as the CPU build does: MPICH's
 // blocking calls busy-poll and starve the rank being waited for when ranks share cores.
 // A group of one rank does no communication at all: each call is a copy or nothing.
+// common.h first: it includes the C headers inside extern "C"
 #include "backend/cuda/common.h"
-#include <limits.h>
+#include "backend/comm_common.h"
 #include <sched.h>
-#include <string.h>
-
-#define TAG 0 // one tag: MPI keeps the point-to-point messages of two ranks in order
 
 // What a communication in flight needs at comm_wait(), beyond the MPI requests in the Handle.
 typedef struct {
@@ -39,13 +37,6 @@ static int backend_is_nccl(void) {
                    "or \"mpi\"",
                    name);
     return nccl;
-}
-
-static int mpi_count(size_t n, const char *what) {
-    if (n > INT_MAX)
-        FAIL("split the buffer: one MPI call moves at most 2^31-1 floats",
-             "%s of %zu floats exceeds INT_MAX", what, n);
-    return (int)n;
 }
 
 // NCCL refuses two ranks of one communicator on one GPU: say so in one line, before it does.
@@ -100,13 +91,6 @@ void group_free(Group *g) {
     if (g->comm != MPI_COMM_NULL && g->comm != MPI_COMM_WORLD && g->comm != MPI_COMM_SELF)
         mpiCheck(MPI_Comm_free(&g->comm));
     g->comm = MPI_COMM_NULL;
-}
-
-static Handle handle_done(void) {
-    Handle h;
-    memset(&h, 0, sizeof h);
-    h.req[0] = h.req[1] = MPI_REQUEST_NULL;
-    return h;
 }
 
 static DeviceOp *op_new(void) {
@@ -300,15 +284,6 @@ void broadcast(float *buf, size_t n, int root, Group *g) {
     mpiCheck(MPI_Ibcast(op->host, count, MPI_FLOAT, root, g->comm, &h.req[0]));
     h.count = 1;
     comm_wait(&h);
-}
-
-// A lone send or recv needs another rank of the group at the other end; send_recv may name
-// itself (its receive is already posted), as on the CPU.
-static void check_peer(int peer, int allow_self, const char *what, Group *g) {
-    if (peer < 0 || peer >= g->size || (peer == g->rank && !allow_self))
-        FAIL("point-to-point peers are ranks of the same group (pp_prev/pp_next, the cp ring); "
-             "skip the call when the axis has size 1",
-             "%s peer %d from rank %d in a group of %d", what, peer, g->rank, g->size);
 }
 
 void send(const float *buf, size_t n, int dst, Group *g) {
