@@ -30,12 +30,15 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
                                      const float *inp, int N, int C, Group *tp, int async) {
     for (int i = 0; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
-    Handle h = all_reduce_start(dinp, (size_t)N * C, REDUCE_SUM, tp);
-    if (!async) comm_wait(&h);
+    Handle h = {0};
+    if (async)
+        h = all_reduce_start(dinp, (size_t)N * C, REDUCE_SUM, tp);
+    else
+        all_reduce(dinp, (size_t)N * C, REDUCE_SUM, tp);
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
-    comm_wait(&h); // a no-op when the all-reduce already ended
+    if (async) comm_wait(&h);
 }
 
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,

@@ -11,6 +11,7 @@ typedef struct {
     int rank, size;
     MPI_Comm comm; // always present: MPI hands out NCCL ids and carries the "mpi" backend
     void *nccl;    // ncclComm_t in the GPU build with backend "nccl", else NULL
+    void *stream;  // with nccl: the group's own cudaStream_t for the *_start calls, else NULL
 } Group;
 
 typedef enum { REDUCE_SUM, REDUCE_AVG, REDUCE_MAX } ReduceOp;
@@ -30,6 +31,7 @@ void group_free(Group *g);
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g);
 Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g);
+// in and out of these two must not overlap (NCCL allows only its own in-place offsets)
 void all_gather(float *out, const float *in, size_t n, Group *g);     // out: size * n
 void reduce_scatter(float *out, const float *in, size_t n, Group *g); // in: size * n, sum
 void broadcast(float *buf, size_t n, int root, Group *g);

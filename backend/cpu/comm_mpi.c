@@ -10,6 +10,7 @@
 void group_init(Group *g, MPI_Comm comm) {
     g->comm = comm;
     g->nccl = NULL;
+    g->stream = NULL;
     // errors come back to mpiCheck, which names the file and line, instead of MPICH's own abort
     mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(comm, &g->rank));

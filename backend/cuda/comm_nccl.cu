@@ -2,9 +2,12 @@
 // distributed.backend, which train.c passes on as the environment variable
 // PICOTRON_COMM_BACKEND before the process groups are made (group_init has no backend argument):
 //   "nccl" (the default): one NCCL communicator per process group of more than one rank, its id
-//          handed out by MPI. Blocking calls run on the compute stream, in program order with
-//          the kernels; the *_start calls run on comm_stream, after an event that orders them
-//          behind the kernels already queued, and record an event that comm_wait() polls.
+//          handed out by MPI, and one non-blocking stream. Blocking calls run on the compute
+//          stream, in program order with the kernels; the *_start calls run on the group's own
+//          stream, after an event that orders them behind the kernels already queued, and record
+//          an event that comm_wait() polls. Own streams: one group's queued all-reduces (data
+//          parallelism's buckets) never hold up another's (tensor parallelism's), and the order
+//          of calls across groups cannot make ranks wait on each other in a cycle.
 //   "mpi": the CPU build's MPI calls on host copies of the buffers (device -> host, MPI,
 //          host -> device), so several ranks can share one GPU, which NCCL refuses.
 // Every wait on the host tests and yields (sched_yield), as the CPU build does: MPICH's
@@ -17,7 +20,8 @@
 
 // What a communication in flight needs at comm_wait(), beyond the MPI requests in the Handle.
 typedef struct {
-    cudaEvent_t done; // "nccl": recorded on comm_stream after the op; NULL for "mpi"
+    cudaEvent_t done; // "nccl": recorded on the group's stream after the op; NULL for "mpi"
+    ncclComm_t nccl;  // "nccl": polled for errors while waiting (a dead peer never ends the op)
     float *host;      // "mpi": the host copy MPI sends from (or reduces in place)
     float *host_recv; // "mpi": the host buffer MPI receives into, when not `host`
     float *dst;       // "mpi": the device buffer the received floats land in at the end
@@ -40,26 +44,31 @@ static int backend_is_nccl(void) {
 }
 
 // NCCL refuses two ranks of one communicator on one GPU: say so in one line, before it does.
+// GPUs are compared by PCI bus id, not by index: a launcher that gives each rank one GPU
+// (CUDA_VISIBLE_DEVICES, Slurm's --gpus-per-task) shows every rank its GPU as device 0.
+#define BUS_ID_LEN 32
 static void check_one_gpu_per_rank(Group *g) {
     MPI_Comm node;
     int node_size, device, count;
+    char bus_id[BUS_ID_LEN] = {0};
     mpiCheck(MPI_Comm_split_type(g->comm, MPI_COMM_TYPE_SHARED, g->rank, MPI_INFO_NULL, &node));
     mpiCheck(MPI_Comm_size(node, &node_size));
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceCount(&count));
-    int *devices = (int *)xmalloc(node_size * sizeof(int));
-    mpiCheck(MPI_Allgather(&device, 1, MPI_INT, devices, 1, MPI_INT, node));
+    cudaCheck(cudaDeviceGetPCIBusId(bus_id, BUS_ID_LEN, device));
+    char *bus_ids = (char *)xmalloc((size_t)node_size * BUS_ID_LEN);
+    mpiCheck(MPI_Allgather(bus_id, BUS_ID_LEN, MPI_CHAR, bus_ids, BUS_ID_LEN, MPI_CHAR, node));
     int shared = 0;
-    for (int r = 0; r < node_size; r++) shared += devices[r] == device;
-    free(devices);
+    for (int r = 0; r < node_size; r++) shared += strcmp(bus_ids + r * BUS_ID_LEN, bus_id) == 0;
+    free(bus_ids);
     mpiCheck(MPI_Comm_free(&node));
     if (shared > 1) {
         char msg[512];
         snprintf(msg, sizeof msg,
                  "distributed.backend = \"nccl\" needs one GPU per rank, but %d "
-                 "ranks of one group share GPU %d (this node has %d): set distributed.backend to "
-                 "\"mpi\" or start at most %d ranks per node",
-                 shared, device, count, count);
+                 "ranks of one group share GPU %d (%s; this rank sees %d): set "
+                 "distributed.backend to \"mpi\" or start one rank per GPU",
+                 shared, device, bus_id, count);
         // user_error speaks from world rank 0 only, which may not be in this group
         if (g->rank == 0 && world_rank() != 0) fprintf(stderr, "%s\n", msg);
         user_error("%s", msg);
@@ -69,6 +78,7 @@ static void check_one_gpu_per_rank(Group *g) {
 void group_init(Group *g, MPI_Comm comm) {
     g->comm = comm;
     g->nccl = NULL;
+    g->stream = NULL;
     mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(comm, &g->rank));
     mpiCheck(MPI_Comm_size(comm, &g->size));
@@ -83,11 +93,16 @@ void group_init(Group *g, MPI_Comm comm) {
     ncclComm_t nccl;
     ncclCheck(ncclCommInitRank(&nccl, g->size, id, g->rank));
     g->nccl = nccl;
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    g->stream = stream;
 }
 
 void group_free(Group *g) {
     if (g->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)g->nccl));
+    if (g->stream) cudaCheck(cudaStreamDestroy((cudaStream_t)g->stream));
     g->nccl = NULL;
+    g->stream = NULL;
     if (g->comm != MPI_COMM_NULL && g->comm != MPI_COMM_WORLD && g->comm != MPI_COMM_SELF)
         mpiCheck(MPI_Comm_free(&g->comm));
     g->comm = MPI_COMM_NULL;
@@ -105,29 +120,43 @@ static float *host_copy(const float *dev, size_t n, size_t capacity) {
     return host;
 }
 
-// "nccl": comm_stream waits for the kernels queued so far on the compute stream
-static void comm_stream_after_compute(void) {
+// "nccl", *_start: the group's stream, after the kernels queued so far on the compute stream
+static cudaStream_t stream_after_compute(Group *g) {
     cudaEvent_t ready;
     cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(ready, 0));
-    cudaCheck(cudaStreamWaitEvent(comm_stream, ready, 0));
+    cudaCheck(cudaStreamWaitEvent((cudaStream_t)g->stream, ready, 0));
     cudaCheck(cudaEventDestroy(ready)); // released once the wait is satisfied
+    return (cudaStream_t)g->stream;
 }
 
-static void record_done(Handle *h) {
+static void record_done(Handle *h, Group *g) {
     DeviceOp *op = op_new();
     cudaCheck(cudaEventCreateWithFlags(&op->done, cudaEventDisableTiming));
-    cudaCheck(cudaEventRecord(op->done, comm_stream));
+    cudaCheck(cudaEventRecord(op->done, (cudaStream_t)g->stream));
+    op->nccl = (ncclComm_t)g->nccl;
     h->device_op = op;
+}
+
+// has the op's event fired? A peer that died never fires it: NCCL reports that asynchronously
+static int nccl_op_done(DeviceOp *op) {
+    cudaError_t st = cudaEventQuery(op->done);
+    if (st == cudaSuccess) return 1;
+    if (st != cudaErrorNotReady) cudaCheck(st);
+    ncclResult_t async_error;
+    ncclCheck(ncclCommGetAsyncError(op->nccl, &async_error));
+    if (async_error != ncclSuccess) {
+        ncclCommAbort(op->nccl); // the communicator is unusable; its kernels must stop
+        ncclCheck(async_error);
+    }
+    return 0;
 }
 
 void comm_wait(Handle *h) {
     PROFILE(PROFILE_COMM);
     DeviceOp *op = (DeviceOp *)h->device_op;
     if (op && op->done) {
-        cudaError_t st;
-        while ((st = cudaEventQuery(op->done)) == cudaErrorNotReady) sched_yield();
-        cudaCheck(st);
+        while (!nccl_op_done(op)) sched_yield();
         cudaCheck(cudaEventDestroy(op->done));
     }
     for (;;) {
@@ -157,15 +186,11 @@ void comm_wait(Handle *h) {
 
 int comm_test(Handle *h) {
     DeviceOp *op = (DeviceOp *)h->device_op;
-    if (op && op->done) {
-        cudaError_t st = cudaEventQuery(op->done);
-        if (st == cudaErrorNotReady) return 0;
-        cudaCheck(st);
-    }
+    if (op && op->done && !nccl_op_done(op)) return 0;
     int done = 1;
     MPI_Status status[2];
     if (h->count > 0) mpiCheck(MPI_Testall(h->count, h->req, &done, status));
-    if (done) comm_wait(h);  // nothing left to wait for: only the copies and the mean
+    if (done) comm_wait(h); // nothing left to wait for: only the copies and the mean
     return done;
 }
 
@@ -182,10 +207,9 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
         h.avg_size = g->size;
     }
     if (g->nccl) {
-        if (async) comm_stream_after_compute();
-        ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, nccl_op(op), (ncclComm_t)g->nccl,
-                                async ? comm_stream : 0));
-        if (async) record_done(&h);
+        cudaStream_t stream = async ? stream_after_compute(g) : 0;
+        ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, nccl_op(op), (ncclComm_t)g->nccl, stream));
+        if (async) record_done(&h, g);
         return h;
     }
     int count = mpi_count(n, "all_reduce");
@@ -332,14 +356,13 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
     check_peer(dst, 1, "send_recv destination", g);
     check_peer(src, 1, "send_recv source", g);
     if (g->nccl) {
-        cudaStream_t stream = async ? comm_stream : 0;
-        if (async) comm_stream_after_compute();
+        cudaStream_t stream = async ? stream_after_compute(g) : 0;
         // grouped, so the ring's simultaneous sends and receives cannot wait on each other
         ncclCheck(ncclGroupStart());
         ncclCheck(ncclSend(sendbuf, n, ncclFloat, dst, (ncclComm_t)g->nccl, stream));
         ncclCheck(ncclRecv(recvbuf, n, ncclFloat, src, (ncclComm_t)g->nccl, stream));
         ncclCheck(ncclGroupEnd());
-        if (async) record_done(&h);
+        if (async) record_done(&h, g);
         return h;
     }
     int count = mpi_count(n, "send_recv");

@@ -45,9 +45,9 @@ static inline void nccl_check(ncclResult_t r, const char *what, const char *file
 
 // The compute stream is the legacy default stream: cudaMemcpy orders with it and every kernel,
 // cuBLAS call and blocking collective runs on it in program order, as the CPU code runs.
-// comm_stream (non-blocking) carries the asynchronous collectives, ordered by events.
+// Each NCCL group has its own non-blocking stream for its asynchronous collectives, ordered
+// after the compute stream by events (backend/cuda/comm_nccl.cu).
 extern cublasHandle_t cublas_handle;
-extern cudaStream_t comm_stream;
 extern int device_selected; // backend_init() has run: the GPU, the handle and the stream exist
 
 // a 1-D launch of n threads

@@ -52,13 +52,14 @@ __global__ static void cross_entropy_loss_kernel(float *losses, const float *max
     if (n < N) losses[n] = logf(sumexp[n]) + maxes[n] - target_logit[n];
 }
 
-// grid (V tiles, N rows): one thread per logit
+// grid (N rows, V tiles): one thread per logit. Rows go on x, which holds 2^31 - 1 blocks: N
+// (micro_batch_size x seq_length) reaches 65536, one past the limit of y and z.
 __global__ static void cross_entropy_backward_kernel(float *dlogits, const float *logits,
                                                      const float *maxes, const float *sumexp,
                                                      const int *targets, float dloss, int V,
                                                      int vocab_start) {
-    int n = blockIdx.y;
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int n = blockIdx.x;
+    int j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= V) return;
     size_t idx = (size_t)n * V + j;
     // forward: loss = log(sumexp) + max - logit[target]
@@ -101,7 +102,7 @@ void cross_entropy_backward(float *dlogits, const float *logits, const float *ma
                             int vocab_start) {
     PROFILE(PROFILE_OTHER);
     if (N == 0 || V == 0) return;
-    dim3 grid(blocks_for(V, 256), N);
+    dim3 grid(N, blocks_for(V, 256));
     cross_entropy_backward_kernel<<<grid, 256>>>(dlogits, logits, maxes, sumexp, targets, dloss, V,
                                                  vocab_start);
     cudaCheckLaunch();

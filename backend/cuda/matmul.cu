@@ -31,10 +31,10 @@ static size_t aligned(size_t n) {
 
 static __nv_bfloat16 *bf16_scratch(size_t n) {
     if (n > scratch_elems) {
-        // the GEMMs queued before may still read the old buffer
-        cudaCheck(cudaStreamSynchronize(0));
-        if (scratch) cudaCheck(cudaFree(scratch));
-        cudaCheck(cudaMalloc(&scratch, n * sizeof(__nv_bfloat16)));
+        // stream-ordered: the old buffer goes after the GEMMs queued before have read it, with
+        // no device-wide synchronisation (cudaFree's), which could wait on an NCCL kernel
+        if (scratch) cudaCheck(cudaFreeAsync(scratch, 0));
+        cudaCheck(cudaMallocAsync((void **)&scratch, n * sizeof(__nv_bfloat16), 0));
         scratch_elems = n;
     }
     return scratch;

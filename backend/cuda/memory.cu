@@ -4,7 +4,6 @@
 #include <string.h>
 
 cublasHandle_t cublas_handle;
-cudaStream_t comm_stream;
 int device_selected = 0;
 
 // ---------------------------------------------------------------------------------------------
@@ -59,7 +58,7 @@ void profile_end(void) {
 }
 
 // at exit, from world rank 0: the time the compute stream spent in each kind of backend call.
-// Overlapped NCCL work on comm_stream is not in it; only the time the compute stream spent
+// Overlapped NCCL work on the groups' streams is not in it; only the time the compute stream spent
 // issuing or waiting for communication is, i.e. the exposed communication.
 static void profile_report(void) {
     // exiting from inside a call, or after a CUDA error: the job failed, no report
@@ -98,6 +97,9 @@ static void profile_init(void) {
 // in turn; more ranks than GPUs share them, which only the "mpi" communication backend allows
 // (group_init refuses it for "nccl").
 void backend_init(int local_rank) {
+    // every kernel loaded at start: CUDA's lazy loading would load one at its first launch, a
+    // device-wide synchronisation that can stall behind an NCCL kernel waiting for its peers
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0)
@@ -109,7 +111,6 @@ void backend_init(int local_rank) {
     // fp32 GEMMs stay fp32: no TF32 tensor cores, so the GPU matches the CPU build to 1e-5
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
     cublasCheck(cublasSetStream(cublas_handle, 0));
-    cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
     device_selected = 1;
     const char *profile = getenv("PICOTRON_PROFILE");
     if (profile && profile[0] && strcmp(profile, "0") != 0) profile_init();

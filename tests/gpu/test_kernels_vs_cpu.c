@@ -322,11 +322,13 @@ static void test_swiglu(void) {
     device_free(d_dg), device_free(d_du);
 }
 
-static void test_cross_entropy(void) {
-    int N = 37, V = 1000, vocab_start = 500;
+// N = 70000 rows: more than a grid's y or z dimension holds (65535)
+static void test_cross_entropy(int N, int V, int vocab_start) {
     size_t nl = (size_t)N * V;
+    char what[96];
     int *targets = xmalloc(N * sizeof(int));
-    for (int n = 0; n < N; n++) targets[n] = (int)uniform(0, 2000); // some in other shards
+    for (int n = 0; n < N; n++)
+        targets[n] = (int)uniform(0, 2 * (vocab_start + V)); // some elsewhere
     float *logits = random_host(nl, -8, 8), *dlogits = random_host(nl, -1, 1);
     float *maxes = xmalloc(N * 4), *sumexp = xmalloc(N * 4), *tl = xmalloc(N * 4);
     float *losses = xmalloc(N * 4);
@@ -336,18 +338,23 @@ static void test_cross_entropy(void) {
     float *d_tl = device_malloc(N * 4), *d_losses = device_malloc(N * 4);
     cpu_cross_entropy_max(maxes, logits, N, V);
     cross_entropy_max(d_maxes, d_logits, N, V);
-    check("cross_entropy_max", d_maxes, maxes, N, 0.0);
+    snprintf(what, sizeof what, "cross_entropy_max N%d V%d", N, V);
+    check(what, d_maxes, maxes, N, 0.0);
     cpu_cross_entropy_sumexp(sumexp, tl, logits, maxes, targets, N, V, vocab_start);
     cross_entropy_sumexp(d_sumexp, d_tl, d_logits, d_maxes, d_targets, N, V, vocab_start);
-    check("cross_entropy_sumexp sumexp", d_sumexp, sumexp, N, TOL_ELEM);
-    check("cross_entropy_sumexp target_logit", d_tl, tl, N, 0.0);
+    snprintf(what, sizeof what, "cross_entropy_sumexp N%d V%d sumexp", N, V);
+    check(what, d_sumexp, sumexp, N, TOL_ELEM);
+    snprintf(what, sizeof what, "cross_entropy_sumexp N%d V%d target_logit", N, V);
+    check(what, d_tl, tl, N, 0.0);
     cpu_cross_entropy_loss(losses, maxes, sumexp, tl, N);
     cross_entropy_loss(d_losses, d_maxes, d_sumexp, d_tl, N);
-    check("cross_entropy_loss", d_losses, losses, N, TOL_ELEM);
+    snprintf(what, sizeof what, "cross_entropy_loss N%d V%d", N, V);
+    check(what, d_losses, losses, N, TOL_ELEM);
     cpu_cross_entropy_backward(dlogits, logits, maxes, sumexp, targets, 0.01f, N, V, vocab_start);
     cross_entropy_backward(d_dlogits, d_logits, d_maxes, d_sumexp, d_targets, 0.01f, N, V,
                            vocab_start);
-    check("cross_entropy_backward (+=)", d_dlogits, dlogits, nl, TOL_ELEM);
+    snprintf(what, sizeof what, "cross_entropy_backward N%d V%d (+=)", N, V);
+    check(what, d_dlogits, dlogits, nl, TOL_ELEM);
     free(targets), free(logits), free(dlogits), free(maxes), free(sumexp), free(tl), free(losses);
     device_free(d_targets), device_free(d_logits), device_free(d_dlogits), device_free(d_maxes);
     device_free(d_sumexp), device_free(d_tl), device_free(d_losses);
@@ -405,7 +412,8 @@ int main(int argc, char **argv) {
     test_attention(1, 100, 8, 8, 128, 1, 1);
     test_attention(2, 33, 6, 1, 32, 0, 1);
     test_swiglu();
-    test_cross_entropy();
+    test_cross_entropy(37, 1000, 500);
+    test_cross_entropy(70000, 24, 0);
     test_adamw();
     for (int kind = 0; kind < 3; kind++) test_init(kind, 300, 500, 7, 250, 1000);
     test_init(1, 2048, 2048, 0, 0, 2048); // the mismatch rate of normals over 4M elements
