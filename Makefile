@@ -19,6 +19,20 @@ ifeq ($(GPU),1)
   BACKEND_OBJ = $(BACKEND_SRC:%.cu=$(BUILD)/%.o)
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   BUILD    := build-gpu
+  CU_COMPILE = $(NVCC) $(NVFLAGS) -c -o $@ $<
+else ifeq ($(GPU),emulate)
+  # the GPU build's own sources on the CPU emulator of CUDA, cuBLAS and NCCL (no GPU needed):
+  # what it proves and what it cannot, in tests/gpu/emulator/emulator.h
+  EMU       = tests/gpu/emulator
+  CFLAGS   += -DPICOTRON_GPU
+  EMUFLAGS  = -O2 -g -std=c++17 -Wall -Wextra -fno-ipa-reference -U_FORTIFY_SOURCE -I. -I$(EMU)/include
+  BACKEND_SRC = $(wildcard backend/cuda/*.cu)
+  BACKEND_OBJ = $(BACKEND_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/$(EMU)/emulator.o
+  LDLIBS   += -lblis -lstdc++
+  BUILD    := build-emu
+  CU_COMPILE = perl $(EMU)/translate.pl $< >$@.cc && mpicxx $(EMUFLAGS) -c -o $@ $@.cc
+$(BUILD)/$(EMU)/test_emulator: $(BUILD)/$(EMU)/test_emulator.o $(BUILD)/$(EMU)/emulator.o
+	mpicxx -o $@ $^ -lblis
 else
   BACKEND_SRC = $(wildcard backend/cpu/*.c)
   BACKEND_OBJ = $(BACKEND_SRC:%.c=$(BUILD)/%.o)
@@ -50,9 +64,12 @@ $(BUILD)/bench/%: bench/%.c $(CORE_OBJ)
 $(BUILD)/%.o: %.c $(wildcard *.h backend/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
-$(BUILD)/%.o: %.cu $(wildcard *.h backend/*.h backend/cuda/*.h)
+$(BUILD)/%.o: %.cu $(wildcard *.h backend/*.h backend/cuda/*.h $(EMU)/*)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c -o $@ $<
+	$(CU_COMPILE)
+$(BUILD)/%.o: %.cc $(wildcard $(EMU)/*)
+	@mkdir -p $(dir $@)
+	mpicxx $(EMUFLAGS) -c -o $@ $<
 
 deps:
 	@bash scripts/install_deps.sh
@@ -81,4 +98,4 @@ format:
 	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c
 
 clean:
-	rm -rf build build-asan build-gpu train create_config
+	rm -rf build build-asan build-gpu build-emu train create_config

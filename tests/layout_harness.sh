@@ -9,8 +9,12 @@ LOSS_TOL=${LOSS_TOL:-1e-5}
 WEIGHT_TOL=${WEIGHT_TOL:-5e-5}
 STEPS=${STEPS:-10}
 BUILD_DIR=${PICOTRON_BUILD:-build}
+# the trainer under test: the GPU emulator's is build-emu/bin/train (tests/t_81_gpu_emulated.sh)
+HARNESS_TRAIN=${HARNESS_TRAIN:-./train}
 # more keys for the distributed section, e.g. '"use_cpu": false, "backend": "mpi"' (tests/gpu)
 HARNESS_DISTRIBUTED_EXTRA=${HARNESS_DISTRIBUTED_EXTRA:-}
+# and for the model section, e.g. '"dtype": "float32"' (the GPU build's default is bfloat16)
+HARNESS_MODEL_EXTRA=${HARNESS_MODEL_EXTRA:-}
 HARNESS_DIR=$(mktemp -d /tmp/picotron-layouts.XXXXXX)
 trap 'rm -rf "$HARNESS_DIR"' EXIT
 harness_failures=0
@@ -30,7 +34,7 @@ run_layout() {
                  "bucket_size_mb": 1${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
-           "vocab_size": 256, "tie_word_embeddings": $tied},
+           "vocab_size": 256, "tie_word_embeddings": $tied${HARNESS_MODEL_EXTRA:+, $HARNESS_MODEL_EXTRA}},
  "training": {"seed": 7, "learning_rate": 1e-3, "total_train_steps": $STEPS,
               "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
               "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay"},
@@ -39,7 +43,7 @@ run_layout() {
  "logging": {"metrics_file": "$dir/metrics.jsonl"}}
 JSON
     local np=$((tp * cp * pp * dp))
-    if ! timeout 300 mpirun -np $np ./train --config "$dir/config.json" >"$dir/log" 2>&1; then
+    if ! timeout 300 mpirun -np $np "$HARNESS_TRAIN" --config "$dir/config.json" >"$dir/log" 2>&1; then
         echo "FAIL $name: train exited non-zero"; tail -n 5 "$dir/log"
         harness_failures=$((harness_failures + 1)); return 1
     fi

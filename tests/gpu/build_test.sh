@@ -4,6 +4,7 @@
 #     CPU kernels backend/cpu/<kernel>.c renamed to cpu_<name> (the names listed in
 #     tests/gpu/cpu_twins.h), so each CUDA kernel can be run against its CPU twin in one process;
 #   build-gpu/tests/gpu/test_model_bf16: the tiny model with bf16 products against the fixture.
+# PICOTRON_GPU_BUILD=build-emu builds both against the CUDA emulator (`make GPU=emulate` first).
 # `build_test.sh --emulate` instead builds build/tests/gpu/test_model_bf16_emulated from the CPU
 # build's objects (make first): the same test with every product's operands rounded to bf16 on
 # the CPU, which is how its tolerances were measured without a GPU.
@@ -32,6 +33,9 @@ mkdir -p "$OUT"
 # shellcheck disable=SC2054
 CUDA_LIBS=(-L"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++
            -Wl,-rpath,"$CUDA_HOME/lib64")
+# PICOTRON_GPU_BUILD=build-emu: `make GPU=emulate` built the CUDA sources for the CPU emulator
+[ -f "$BUILD/tests/gpu/emulator/emulator.o" ] &&
+    CUDA_LIBS=("$BUILD/tests/gpu/emulator/emulator.o" -lblis -lstdc++)
 renames=$(grep -o 'X([a-z_0-9]*)' tests/gpu/cpu_twins.h | sed 's/X(\(.*\))/-D\1=cpu_\1/')
 cpu_objs=()
 # the kernel files: every CUDA source but device memory and communication has a CPU twin

@@ -9,6 +9,7 @@
 #          products to looser stated bounds (tests/gpu/test_model_bf16.c)
 #   3.     layout equivalence on one GPU with the mpi backend (ranks share the GPU): dp=2, tp=2,
 #          pp=2 (1f1b), cp=2 against one rank, fp32, tolerances of tests/layout_harness.sh
+#   scale  2 steps of the tiny model with 71680 tokens per micro-batch (grid limits at scale)
 #   4.     benchmark (bench/gpu_bench.sh): a SmolLM-1.7B-shaped stack, bf16, seq 1024: tokens/s,
 #          MFU and the step's time split (GEMM, attention, other kernels, communication)
 cd "$(dirname "$0")/../.." || exit 1
@@ -78,6 +79,7 @@ start=$(date +%s)
 (
     export PICOTRON_BUILD=build-gpu
     export HARNESS_DISTRIBUTED_EXTRA='"use_cpu": false, "backend": "mpi"'
+    export HARNESS_MODEL_EXTRA='"dtype": "float32"' # the GPU default, bfloat16, is not exact
     # shellcheck source=tests/layout_harness.sh
     source tests/layout_harness.sh
     run_layout base ga=4 || exit 1
@@ -91,6 +93,19 @@ rc=$?
 sed 's/^/    /' "$log_dir/layouts.log"
 report "3. layouts on one GPU, mpi backend: dp2, tp2, pp2 1f1b, cp2 = one rank" \
     $(($(date +%s) - start)) $rc "$log_dir/layouts.log"
+
+# a micro-batch of 71680 tokens: more rows than a grid's y or z dimension holds (65535)
+start=$(date +%s)
+cat >"$log_dir/scale.json" <<JSON
+{"distributed": {"use_cpu": false}, "model": {"name": "picotron-tiny", "num_hidden_layers": 2},
+ "training": {"total_train_steps": 2, "seq_length": 1024, "micro_batch_size": 70},
+ "dataset": {"name": "data/pride_and_prejudice.txt"}}
+JSON
+timeout 120 mpirun -np 1 ./train --config "$log_dir/scale.json" >"$log_dir/scale.log" 2>&1
+rc=$?
+grep -E 'Step: *2 ' "$log_dir/scale.log" | sed 's/^/    /'
+report "scale: 2 steps with 71680 tokens per micro-batch, bf16" $(($(date +%s) - start)) $rc \
+    "$log_dir/scale.log"
 
 start=$(date +%s)
 timeout 240 bash bench/gpu_bench.sh >"$log_dir/bench.log" 2>&1

@@ -1,0 +1,939 @@
+// The CPU emulator of CUDA, cuBLAS and NCCL behind `make GPU=emulate`: see emulator.h for what it
+// proves and what it cannot. x86-64 only (the thread switch below is assembly).
+#include "tests/gpu/emulator/emulator.h"
+#include <algorithm>
+#include <cblas.h>
+#include <map>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <vector>
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+// a broken rule of the programming model: say which, and end the job as a GPU fault would
+static void __attribute__((noreturn, format(printf, 1, 2))) emu_fail(const char *fmt, ...) {
+    int rank = 0, initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[rank %d] CUDA emulator: ", rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// device memory: host memory from cudaMalloc, remembered by range
+static std::map<uintptr_t, size_t> allocations; // start -> bytes
+static size_t allocated_bytes = 0;
+static cudaError_t last_error = cudaSuccess;
+static const size_t EMU_TOTAL_MEMORY = (size_t)141 << 30; // an H200's
+
+// does [ptr, ptr + bytes) lie inside one allocation?
+static bool is_device(const void *ptr, size_t bytes) {
+    uintptr_t p = (uintptr_t)ptr;
+    auto it = allocations.upper_bound(p);
+    if (it == allocations.begin()) return false;
+    --it;
+    return p >= it->first && p + bytes <= it->first + it->second;
+}
+
+const char *cudaGetErrorString(cudaError_t err) {
+    switch (err) {
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+        return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection:
+        return "invalid copy direction for memcpy";
+    case cudaErrorInsufficientDriver:
+        return "CUDA driver version is insufficient";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorNotReady:
+        return "device not ready";
+    case cudaErrorLaunchFailure:
+        return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t err = last_error;
+    last_error = cudaSuccess;
+    return err;
+}
+
+static int device_count(void) {
+    const char *env = getenv("PICOTRON_EMU_DEVICES");
+    int n = env && env[0] ? atoi(env) : 1;
+    return n > 0 ? n : 1;
+}
+static int current_device = 0;
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = device_count();
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+    current_device = device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *device) {
+    *device = current_device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+    if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "picotron CUDA emulator");
+    prop->major = 9; // the limits below are an H100's (sm_90)
+    prop->minor = 0;
+    prop->totalGlobalMem = EMU_TOTAL_MEMORY;
+    prop->sharedMemPerBlock = 48 * 1024;
+    prop->sharedMemPerBlockOptin = 227 * 1024;
+    prop->multiProcessorCount = 132;
+    prop->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+
+// one emulated GPU per index, each on its own bus
+cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int len, int device) {
+    if (device < 0 || device >= device_count() || len < 13) return cudaErrorInvalidValue;
+    snprintf(bus_id, (size_t)len, "0000:%02x:00.0", 0x10 + device);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    *ptr = NULL;
+    if (bytes == 0) return cudaErrorInvalidValue; // cudaMalloc(0) hands out no usable memory
+    size_t rounded = (bytes + 255) / 256 * 256;   // cudaMalloc aligns to 256 bytes
+    if (allocated_bytes + rounded > EMU_TOTAL_MEMORY) return cudaErrorMemoryAllocation;
+    void *p = aligned_alloc(256, rounded);
+    if (!p) return cudaErrorMemoryAllocation;
+    memset(p, 0xff, rounded); // fresh GPU memory is not zero: all-ones floats are NaN
+    allocations[(uintptr_t)p] = bytes;
+    allocated_bytes += rounded;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    auto it = allocations.find((uintptr_t)ptr);
+    if (it == allocations.end()) return cudaErrorInvalidValue; // not the start of an allocation
+    allocated_bytes -= (it->second + 255) / 256 * 256;
+    allocations.erase(it);
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t) {
+    return cudaMalloc(ptr, bytes);
+}
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t) {
+    return cudaFree(ptr);
+}
+
+cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
+    if (!is_device(ptr, bytes)) return cudaErrorInvalidValue;
+    memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t) {
+    return cudaMemset(ptr, value, bytes);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    bool dst_dev = is_device(dst, bytes), src_dev = is_device(src, bytes);
+    bool ok = kind == cudaMemcpyDefault ||
+              (kind == cudaMemcpyHostToDevice && dst_dev && !src_dev) ||
+              (kind == cudaMemcpyDeviceToHost && !dst_dev && src_dev) ||
+              (kind == cudaMemcpyDeviceToDevice && dst_dev && src_dev) ||
+              (kind == cudaMemcpyHostToHost && !dst_dev && !src_dev);
+    if (!ok) return cudaErrorInvalidValue;
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    *total_bytes = EMU_TOTAL_MEMORY;
+    *free_bytes = EMU_TOTAL_MEMORY - allocated_bytes;
+    return cudaSuccess;
+}
+
+// Every launch and collective has finished when its call returns, so there is never anything
+// to wait for; streams and events only keep their contracts (handles, timing).
+struct EmuStream {
+    unsigned int flags;
+};
+struct EmuEvent {
+    double seconds;
+    bool recorded, timing;
+};
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    *stream = new EmuStream{flags};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    if (!stream) return cudaErrorInvalidResourceHandle;
+    delete stream;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
+    return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+    *event = new EmuEvent{0.0, false, !(flags & cudaEventDisableTiming)};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *event) {
+    return cudaEventCreateWithFlags(event, 0);
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+    if (!event) return cudaErrorInvalidResourceHandle;
+    event->seconds = now();
+    event->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start || !end || !start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+    if (!start->timing || !end->timing) return cudaErrorInvalidResourceHandle;
+    *ms = (float)(1e3 * (end->seconds - start->seconds));
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    if (!event) return cudaErrorInvalidResourceHandle;
+    delete event;
+    return cudaSuccess;
+}
+
+// dynamic shared memory above 48 KiB is granted per kernel, up to an H100's 227 KiB
+static std::map<const void *, size_t> smem_limit;
+static const size_t SMEM_DEFAULT = 48 * 1024, SMEM_OPTIN = 227 * 1024;
+cudaError_t emu_func_set_attribute(const void *func, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        (size_t)value > SMEM_OPTIN)
+        return cudaErrorInvalidValue;
+    smem_limit[func] = (size_t)value;
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// threads: coroutines on their own stacks, switched by saving the callee-saved registers
+extern "C" void emu_switch(void **save_sp, void *new_sp);
+asm(R"(
+    .text
+    .globl emu_switch
+    .type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+)");
+
+enum { READY, WAITING, DONE };
+struct EmuThread {
+    void *sp; // saved stack pointer while another thread runs
+    uint3 idx;
+    int state;
+    const int *wait_gen; // WAITING: until *wait_gen != wait_value
+    int wait_value;
+};
+struct Barrier {
+    int arrived, gen;
+};
+#define MAX_THREADS 1024
+#define MAX_WARPS   (MAX_THREADS / 32)
+#define STACK_BYTES (128 * 1024)
+static EmuThread threads[MAX_THREADS];
+static char *stacks[MAX_THREADS];
+static void *scheduler_sp;
+static EmuThread *current;
+static int block_size; // threads in the running block
+static Barrier block_barrier, warp_barrier[MAX_WARPS];
+static int exited, warp_exited[MAX_WARPS];
+static uint64_t warp_slots[MAX_WARPS][32];
+static std::vector<unsigned char> dynamic_shared;
+static void (*thread_body)(void *);
+static void *thread_ctx;
+static const char *running_kernel;
+static long progress; // arrivals and exits: a scheduler pass without any is a deadlock
+static const char *warp_waits_at[MAX_WARPS]; // the warp operation a warp's lanes last met at
+
+static int linear_id(void) {
+    return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
+static int lanes_in_warp(int w) {
+    return std::min(32, block_size - 32 * w);
+}
+
+static void yield_to_scheduler(void) {
+    emu_switch(&current->sp, scheduler_sp);
+}
+
+// the last of `expected` arrivals opens the barrier; the others wait for its generation to move
+static void barrier_wait(Barrier *b, int expected) {
+    progress++;
+    if (++b->arrived >= expected) {
+        b->arrived = 0;
+        b->gen++;
+        return;
+    }
+    current->state = WAITING;
+    current->wait_gen = &b->gen;
+    current->wait_value = b->gen;
+    yield_to_scheduler();
+}
+
+// a thread that leaves counts as arrived at every later barrier, as on Volta and newer GPUs
+static void release_if_complete(Barrier *b, int expected) {
+    if (b->arrived > 0 && b->arrived >= expected) {
+        b->arrived = 0;
+        b->gen++;
+    }
+}
+
+static void thread_entry(void) {
+    thread_body(thread_ctx);
+    int w = linear_id() / 32;
+    current->state = DONE;
+    exited++;
+    warp_exited[w]++;
+    progress++;
+    release_if_complete(&block_barrier, block_size - exited);
+    if (warp_barrier[w].arrived > 0)
+        emu_fail("%s in kernel %s: a lane of warp %d returned while the others waited for it "
+                 "(undefined behaviour on a GPU)",
+                 warp_waits_at[w], running_kernel, w);
+    yield_to_scheduler(); // never resumed
+    __builtin_unreachable();
+}
+
+void __syncthreads(void) {
+    barrier_wait(&block_barrier, block_size - exited);
+}
+
+// A full-mask warp operation needs all 32 lanes present and none exited: anything else is
+// undefined on a GPU (it may hang or read garbage), so the emulator refuses it.
+static int warp_check(unsigned int mask, const char *what) {
+    int w = linear_id() / 32;
+    if (mask != 0xffffffffu)
+        emu_fail("%s in kernel %s: mask 0x%x; only full-mask warp operations are emulated", what,
+                 running_kernel, mask);
+    if (lanes_in_warp(w) != 32)
+        emu_fail("%s in kernel %s: warp %d has only %d lanes (the block's %d threads are not a "
+                 "multiple of 32)",
+                 what, running_kernel, w, lanes_in_warp(w), block_size);
+    if (warp_exited[w] > 0)
+        emu_fail("%s in kernel %s: %d lanes of warp %d already returned, but the full mask names "
+                 "them (undefined behaviour on a GPU)",
+                 what, running_kernel, warp_exited[w], w);
+    return w;
+}
+
+// all 32 lanes meet; thread_entry refuses a lane that returns while others wait here
+static void warp_barrier_wait(int w, const char *what) {
+    warp_waits_at[w] = what;
+    barrier_wait(&warp_barrier[w], 32);
+}
+
+void __syncwarp(unsigned int mask) {
+    int w = warp_check(mask, "__syncwarp");
+    warp_barrier_wait(w, "__syncwarp");
+}
+
+uint64_t emu_warp_exchange(unsigned int mask, uint64_t value, int lane, int xor_lane,
+                           const char *what) {
+    int w = warp_check(mask, what);
+    int me = linear_id() % 32;
+    warp_slots[w][me] = value;
+    warp_barrier_wait(w, what); // every lane has posted
+    uint64_t got = warp_slots[w][(xor_lane ? me ^ lane : lane) & 31];
+    warp_barrier_wait(w, what); // every lane has read before the slots are reused
+    return got;
+}
+
+int __all_sync(unsigned int mask, int predicate) {
+    int all = 1;
+    for (int o = 16; o > 0; o >>= 1) {
+        uint64_t other = emu_warp_exchange(mask, (uint64_t)(predicate != 0), o, 1, "__all_sync");
+        predicate = predicate && other;
+    }
+    all = predicate != 0;
+    return all;
+}
+
+int __any_sync(unsigned int mask, int predicate) {
+    for (int o = 16; o > 0; o >>= 1) {
+        uint64_t other = emu_warp_exchange(mask, (uint64_t)(predicate != 0), o, 1, "__any_sync");
+        predicate = predicate || other;
+    }
+    return predicate != 0;
+}
+
+void *emu_dynamic_shared(void) {
+    return dynamic_shared.empty() ? NULL : dynamic_shared.data();
+}
+
+static char *thread_stack(int t) {
+    if (!stacks[t]) {
+        void *p =
+            mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) emu_fail("out of memory for thread stacks");
+        mprotect(p, 4096, PROT_NONE); // a guard page: an overflow faults instead of corrupting
+        stacks[t] = (char *)p;
+    }
+    return stacks[t];
+}
+
+// a fresh stack that "returns" into thread_entry on the first switch to it
+static void *initial_sp(int t) {
+    uintptr_t top = ((uintptr_t)thread_stack(t) + STACK_BYTES) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;                             // thread_entry's return address: it never returns
+    *--sp = (void *)thread_entry;             // popped by emu_switch's ret
+    for (int r = 0; r < 6; r++) *--sp = NULL; // rbp rbx r12 r13 r14 r15
+    return sp;
+}
+
+static uint64_t shuffle_state = 0x9E3779B97F4A7C15ull;
+static void order_of(std::vector<int> &order, int n, int kind) { // 0 forward, 1 reverse, 2 shuffle
+    order.resize(n);
+    for (int i = 0; i < n; i++) order[i] = kind == 1 ? n - 1 - i : i;
+    if (kind == 2)
+        for (int i = n - 1; i > 0; i--) {
+            shuffle_state = shuffle_state * 6364136223846793005ull + 1442695040888963407ull;
+            std::swap(order[i], order[(int)((shuffle_state >> 33) % (uint64_t)(i + 1))]);
+        }
+}
+
+static void run_block(const EmuConfig &c, const std::vector<int> &order) {
+    block_size = (int)(c.block.x * c.block.y * c.block.z);
+    block_barrier = Barrier{0, 0};
+    exited = 0;
+    for (int w = 0; w < MAX_WARPS; w++) warp_barrier[w] = Barrier{0, 0}, warp_exited[w] = 0;
+    std::fill(dynamic_shared.begin(), dynamic_shared.end(), 0xff); // garbage, as on a GPU
+    for (int t = 0; t < block_size; t++) {
+        threads[t].sp = initial_sp(t);
+        threads[t].idx =
+            uint3{t % c.block.x, (t / c.block.x) % c.block.y, t / (c.block.x * c.block.y)};
+        threads[t].state = READY;
+    }
+    for (int alive = block_size; alive > 0;) {
+        long before = progress;
+        bool ran = false;
+        for (int t : order) {
+            EmuThread *th = &threads[t];
+            if (th->state == DONE) continue;
+            if (th->state == WAITING) {
+                if (*th->wait_gen == th->wait_value) continue;
+                th->state = READY;
+            }
+            current = th;
+            threadIdx = th->idx;
+            emu_switch(&scheduler_sp, th->sp);
+            ran = true;
+            if (th->state == DONE) alive--;
+        }
+        if (!ran || (progress == before && alive > 0))
+            emu_fail("kernel %s, block (%u, %u, %u): every thread waits at a barrier that not all "
+                     "of them reach (a __syncthreads or warp operation in divergent code)",
+                     running_kernel, blockIdx.x, blockIdx.y, blockIdx.z);
+    }
+}
+
+static void run_blocks(const EmuConfig &c, int kind) {
+    size_t nblocks = (size_t)c.grid.x * c.grid.y * c.grid.z;
+    std::vector<int> thread_order, block_order;
+    order_of(thread_order, (int)(c.block.x * c.block.y * c.block.z), kind);
+    // blocks: forward, reverse or shuffled within each 2^20 blocks
+    for (size_t b0 = 0; b0 < nblocks; b0 += 1 << 20) {
+        int chunk = (int)std::min(nblocks - b0, (size_t)1 << 20);
+        order_of(block_order, chunk, kind);
+        for (int i : block_order) {
+            size_t b = b0 + (size_t)i;
+            blockIdx = uint3{(unsigned)(b % c.grid.x), (unsigned)((b / c.grid.x) % c.grid.y),
+                             (unsigned)(b / ((size_t)c.grid.x * c.grid.y))};
+            run_block(c, thread_order);
+        }
+    }
+}
+
+static int order_from_env(void) {
+    const char *env = getenv("PICOTRON_EMU_ORDER");
+    if (!env || !env[0] || strcmp(env, "forward") == 0) return 0;
+    if (strcmp(env, "reverse") == 0) return 1;
+    if (strcmp(env, "shuffle") == 0) return 2;
+    emu_fail("PICOTRON_EMU_ORDER = '%s': use forward, reverse or shuffle", env);
+}
+
+// a copy of every allocation, to run one launch twice from the same inputs
+static std::vector<std::vector<unsigned char>> snapshot(void) {
+    std::vector<std::vector<unsigned char>> copy;
+    for (auto &a : allocations) {
+        const unsigned char *p = (const unsigned char *)a.first;
+        copy.emplace_back(p, p + a.second);
+    }
+    return copy;
+}
+static void restore(const std::vector<std::vector<unsigned char>> &copy) {
+    size_t i = 0;
+    for (auto &a : allocations) memcpy((void *)a.first, copy[i++].data(), a.second);
+}
+
+// PICOTRON_EMU_SKIP_COMPUTE=1: check every launch and GEMM, run none (the numbers are garbage):
+// a step at sizes too large to emulate still meets every launch limit on the way
+static bool skip_compute(void) {
+    static int skip = -1;
+    if (skip < 0) {
+        const char *env = getenv("PICOTRON_EMU_SKIP_COMPUTE");
+        skip = env && env[0] && strcmp(env, "0") != 0;
+    }
+    return skip;
+}
+
+int emu_run_grid(const EmuConfig &c, const char *name, const void *kernel, void (*body)(void *),
+                 void *ctx) {
+    size_t threads_per_block = (size_t)c.block.x * c.block.y * c.block.z;
+    bool config_ok = threads_per_block >= 1 && threads_per_block <= MAX_THREADS &&
+                     c.block.x <= 1024 && c.block.y <= 1024 && c.block.z >= 1 && c.block.z <= 64 &&
+                     c.grid.x >= 1 && c.grid.x <= 2147483647u && c.grid.y >= 1 &&
+                     c.grid.y <= 65535 && c.grid.z >= 1 && c.grid.z <= 65535;
+    if (!config_ok) {
+        last_error = cudaErrorInvalidConfiguration;
+        return 0;
+    }
+    auto granted = smem_limit.find(kernel);
+    size_t limit = granted == smem_limit.end() ? SMEM_DEFAULT : granted->second;
+    if (c.smem > std::max(limit, SMEM_DEFAULT)) {
+        last_error = cudaErrorInvalidValue;
+        return 0;
+    }
+    thread_body = body;
+    thread_ctx = ctx;
+    running_kernel = name;
+    blockDim = c.block;
+    gridDim = c.grid;
+    dynamic_shared.assign(c.smem, 0xff);
+    if (skip_compute()) return 1;
+    static const char *racecheck = getenv("PICOTRON_EMU_RACECHECK");
+    if (racecheck && racecheck[0] && strcmp(racecheck, "0") != 0) {
+        // the same launch in reverse order of threads and blocks must write the same bytes
+        auto inputs = snapshot();
+        run_blocks(c, 0);
+        auto forward = snapshot();
+        restore(inputs);
+        run_blocks(c, 1);
+        size_t i = 0;
+        for (auto &a : allocations) {
+            const unsigned char *p = (const unsigned char *)a.first;
+            if (memcmp(p, forward[i].data(), a.second) != 0) {
+                size_t off = 0;
+                while (p[off] == forward[i][off]) off++;
+                emu_fail("kernel %s is not deterministic: run with threads and blocks in reverse "
+                         "order it wrote different bytes at offset %zu of a %zu-byte allocation "
+                         "(a missing __syncthreads/__syncwarp, or blocks racing on one address)",
+                         name, off, a.second);
+            }
+            i++;
+        }
+    } else {
+        run_blocks(c, order_from_env());
+    }
+    return 1;
+}
+
+void emu_check_pointer_arg(const char *kernel, int index, const void *ptr) {
+    if (ptr && !is_device(ptr, 1))
+        emu_fail("kernel %s: argument %d (%p) is not device memory from cudaMalloc (a host "
+                 "pointer faults on a GPU)",
+                 kernel, index, ptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuBLAS: the column-major GEMM of the BLAS standard, checked as cuBLAS checks it, computed by
+// the CPU's BLAS on fp32 copies of the operands (a bf16 product is exact in fp32)
+struct EmuCublas {
+    int math_mode;
+};
+cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+    *handle = new EmuCublas{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->math_mode = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) {
+    return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+const char *cublasGetStatusString(cublasStatus_t status) {
+    switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+        return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+// a (rows, cols) column-major operand with leading dimension ld, as fp32
+static std::vector<float> operand(const char *what, const void *ptr, cudaDataType type, int rows,
+                                  int cols, int ld) {
+    size_t elems = cols == 0 || rows == 0 ? 0 : (size_t)(cols - 1) * ld + rows;
+    size_t bytes = elems * (type == CUDA_R_16BF ? 2 : 4);
+    if (elems && !is_device(ptr, bytes))
+        emu_fail("cublasGemmEx: operand %s (%d x %d, ld %d) is not inside one cudaMalloc "
+                 "allocation",
+                 what, rows, cols, ld);
+    if (skip_compute()) return {};
+    std::vector<float> out(elems);
+    if (type == CUDA_R_32F)
+        memcpy(out.data(), ptr, bytes);
+    else
+        for (size_t i = 0; i < elems; i++)
+            out[i] = __bfloat162float(((const __nv_bfloat16 *)ptr)[i]);
+    return out;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                            const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+    int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+    if (m < 0 || n < 0 || k < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) ||
+        ldc < std::max(1, m))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    bool types_ok = Atype == Btype && (Atype == CUDA_R_32F || Atype == CUDA_R_16BF) &&
+                    Ctype == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F;
+    if (!types_ok) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    std::vector<float> a = operand("A", A, Atype, a_rows, a_cols, lda);
+    std::vector<float> b = operand("B", B, Btype, b_rows, b_cols, ldb);
+    if (!is_device(C, ((size_t)(n - 1) * ldc + m) * sizeof(float)))
+        emu_fail("cublasGemmEx: C (%d x %d, ld %d) is not inside one cudaMalloc allocation", m, n,
+                 ldc);
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    if (skip_compute()) return CUBLAS_STATUS_SUCCESS;
+    if (k == 0) {
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) ((float *)C)[(size_t)j * ldc + i] *= be;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, a.data(), lda,
+                b.data(), ldb, be, (float *)C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// NCCL over MPI. A collective is finished when its call returns (a GPU would only have queued
+// it); waits test and yield, never busy-poll, so 8 ranks share 2 cores.
+struct EmuNccl {
+    MPI_Comm comm;
+    int rank, size;
+};
+#define ID_MAGIC 0x6e63636c // "nccl"
+#define ID_TAG   30000      // + the id's counter, on MPI_COMM_WORLD while the group forms
+
+static void wait_all(int n, MPI_Request *req) {
+    for (int done = 0;;) {
+        MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+        if (done) return;
+        sched_yield();
+    }
+}
+
+const char *ncclGetErrorString(ncclResult_t result) {
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error";
+    case ncclSystemError:
+        return "unhandled system error";
+    case ncclInternalError:
+        return "internal error";
+    case ncclInvalidArgument:
+        return "invalid argument";
+    case ncclInvalidUsage:
+        return "invalid usage";
+    }
+    return "unknown result code";
+}
+
+// the id names its root (world rank) and a counter, so the members can find each other
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    static int counter = 0;
+    int world_rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    memset(id, 0, sizeof *id);
+    int words[3] = {ID_MAGIC, world_rank, counter++ % 2000};
+    memcpy(id->internal, words, sizeof words);
+    return ncclSuccess;
+}
+
+// Only the members call it, so the communicator is made over them alone: each tells the root its
+// world rank, the root answers with the list in group-rank order, and MPI_Comm_create_group
+// (collective over the members only) makes the communicator.
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    int words[3];
+    memcpy(words, id.internal, sizeof words);
+    if (words[0] != ID_MAGIC || nranks < 1 || rank < 0 || rank >= nranks)
+        return ncclInvalidArgument;
+    int root = words[1], tag = ID_TAG + words[2], world_rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    std::vector<int> members(nranks, -1);
+    if (rank == 0) {
+        if (world_rank != root) return ncclInvalidUsage; // rank 0 must be the id's creator
+        members[0] = world_rank;
+        for (int got = 1; got < nranks; got++) {
+            int pair[2];
+            MPI_Request req;
+            MPI_Irecv(pair, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, &req);
+            wait_all(1, &req);
+            if (pair[0] <= 0 || pair[0] >= nranks || members[pair[0]] != -1)
+                emu_fail("ncclCommInitRank: two ranks claim rank %d of one communicator", pair[0]);
+            members[pair[0]] = pair[1];
+        }
+        std::vector<MPI_Request> reqs(nranks - 1);
+        for (int r = 1; r < nranks; r++)
+            MPI_Isend(members.data(), nranks, MPI_INT, members[r], tag, MPI_COMM_WORLD,
+                      &reqs[r - 1]);
+        wait_all(nranks - 1, reqs.data());
+    } else {
+        int pair[2] = {rank, world_rank};
+        MPI_Request req[2];
+        MPI_Isend(pair, 2, MPI_INT, root, tag, MPI_COMM_WORLD, &req[0]);
+        MPI_Irecv(members.data(), nranks, MPI_INT, root, tag, MPI_COMM_WORLD, &req[1]);
+        wait_all(2, req);
+    }
+    MPI_Group world_group, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, nranks, members.data(), &group);
+    EmuNccl *c = new EmuNccl{MPI_COMM_NULL, rank, nranks};
+    MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &c->comm);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    *comm = c;
+    return ncclSuccess;
+}
+
+// collectives finish inside their calls, so an error is never left pending
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
+    if (!comm) return ncclInvalidArgument;
+    *async_error = ncclSuccess;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    return ncclCommDestroy(comm);
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    MPI_Comm_free(&comm->comm);
+    delete comm;
+    return ncclSuccess;
+}
+
+static bool floats_on_device(const void *buf, size_t count) {
+    return count == 0 || is_device(buf, count * sizeof(float));
+}
+
+static MPI_Op mpi_op(ncclRedOp_t op) {
+    return op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD : MPI_SUM;
+}
+
+static int mpi_count(size_t count) {
+    if (count > 2147483647u)
+        emu_fail("a collective of %zu floats: the emulator passes ints", count);
+    return (int)count;
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+    if (!comm || type != ncclFloat) return ncclInvalidArgument;
+    if (!floats_on_device(sendbuf, count) || !floats_on_device(recvbuf, count))
+        return ncclInvalidArgument;
+    MPI_Request req;
+    MPI_Iallreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, mpi_count(count),
+                   MPI_FLOAT, mpi_op(op), comm->comm, &req);
+    wait_all(1, &req);
+    return ncclSuccess;
+}
+
+// recvbuf: size * count; in place when sendbuf is this rank's block of recvbuf
+ncclResult_t ncclAllGather(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t) {
+    if (!comm || type != ncclFloat) return ncclInvalidArgument;
+    size_t total = count * comm->size;
+    if (!floats_on_device(sendbuf, count) || !floats_on_device(recvbuf, total))
+        return ncclInvalidArgument;
+    const float *in_place = (const float *)recvbuf + count * comm->rank;
+    const char *s = (const char *)sendbuf, *r = (const char *)recvbuf;
+    if (sendbuf != in_place && s < r + total * 4 && r < s + count * 4)
+        return ncclInvalidArgument; // overlapping, but not NCCL's in-place layout
+    MPI_Request req;
+    MPI_Iallgather(sendbuf == in_place ? MPI_IN_PLACE : sendbuf, mpi_count(count), MPI_FLOAT,
+                   recvbuf, mpi_count(count), MPI_FLOAT, comm->comm, &req);
+    wait_all(1, &req);
+    return ncclSuccess;
+}
+
+// sendbuf: size * count; in place when recvbuf is this rank's block of sendbuf
+ncclResult_t ncclReduceScatter(const void *sendbuf, void *recvbuf, size_t count,
+                               ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+    if (!comm || type != ncclFloat) return ncclInvalidArgument;
+    size_t total = count * comm->size;
+    if (!floats_on_device(sendbuf, total) || !floats_on_device(recvbuf, count))
+        return ncclInvalidArgument;
+    const char *s = (const char *)sendbuf, *r = (const char *)recvbuf;
+    const char *in_place = s + count * comm->rank * 4;
+    if (r != in_place && r < s + total * 4 && s < r + count * 4) return ncclInvalidArgument;
+    std::vector<float> in((const float *)sendbuf, (const float *)sendbuf + total);
+    MPI_Request req;
+    MPI_Ireduce_scatter_block(in.data(), recvbuf, mpi_count(count), MPI_FLOAT, mpi_op(op),
+                              comm->comm, &req);
+    wait_all(1, &req);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t) {
+    if (!comm || type != ncclFloat || root < 0 || root >= comm->size) return ncclInvalidArgument;
+    if (!floats_on_device(recvbuf, count) ||
+        (comm->rank == root && !floats_on_device(sendbuf, count)))
+        return ncclInvalidArgument;
+    if (comm->rank == root && sendbuf != recvbuf) memmove(recvbuf, sendbuf, count * sizeof(float));
+    MPI_Request req;
+    MPI_Ibcast(recvbuf, mpi_count(count), MPI_FLOAT, root, comm->comm, &req);
+    wait_all(1, &req);
+    return ncclSuccess;
+}
+
+// point-to-point: inside ncclGroupStart/End the calls are posted together at the end
+struct PendingP2P {
+    bool is_send;
+    void *buf;
+    int count, peer;
+    MPI_Comm comm;
+};
+static int group_depth = 0;
+static std::vector<PendingP2P> pending;
+
+static ncclResult_t run_p2p(const std::vector<PendingP2P> &ops) {
+    std::vector<MPI_Request> reqs(ops.size());
+    // receives first, so a ring that sends all at once never waits on itself
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < ops.size(); i++) {
+            const PendingP2P &p = ops[i];
+            if (p.is_send == (pass == 0)) continue;
+            if (p.is_send)
+                MPI_Isend(p.buf, p.count, MPI_FLOAT, p.peer, 0, p.comm, &reqs[i]);
+            else
+                MPI_Irecv(p.buf, p.count, MPI_FLOAT, p.peer, 0, p.comm, &reqs[i]);
+        }
+    wait_all((int)reqs.size(), reqs.data());
+    return ncclSuccess;
+}
+
+static ncclResult_t p2p(bool is_send, const void *buf, size_t count, ncclDataType_t type, int peer,
+                        ncclComm_t comm) {
+    if (!comm || type != ncclFloat || peer < 0 || peer >= comm->size || peer == comm->rank)
+        return ncclInvalidArgument;
+    if (!floats_on_device(buf, count)) return ncclInvalidArgument;
+    PendingP2P op{is_send, (void *)buf, mpi_count(count), peer, comm->comm};
+    if (group_depth > 0) {
+        pending.push_back(op);
+        return ncclSuccess;
+    }
+    return run_p2p(std::vector<PendingP2P>{op});
+}
+
+ncclResult_t ncclSend(const void *sendbuf, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t) {
+    return p2p(true, sendbuf, count, type, peer, comm);
+}
+ncclResult_t ncclRecv(void *recvbuf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+    return p2p(false, recvbuf, count, type, peer, comm);
+}
+ncclResult_t ncclGroupStart(void) {
+    group_depth++;
+    return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+    if (group_depth == 0) return ncclInvalidUsage;
+    if (--group_depth > 0) return ncclSuccess;
+    std::vector<PendingP2P> ops;
+    ops.swap(pending);
+    return run_p2p(ops);
+}

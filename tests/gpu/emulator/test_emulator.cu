@@ -1,0 +1,136 @@
+// The emulator's own test: it runs correct CUDA as a GPU would, and it refuses what a GPU would
+// get wrong. `test_emulator CASE` runs one case; tests/t_81_gpu_emulated.sh runs them all.
+//   reduce              a block sum through shared memory and warp shuffles (2-D block): exact
+//   race                a shared-memory read with no __syncthreads before it: with
+//                       PICOTRON_EMU_RACECHECK=1 the emulator names the kernel
+//   grid_y              grid.y = 65536: cudaErrorInvalidConfiguration
+//   smem                64 KiB of dynamic shared memory without cudaFuncSetAttribute: refused;
+//                       granted after it
+//   host_pointer        a malloc'd pointer passed to a kernel: refused
+//   shfl_after_exit     a full-mask shuffle after half the warp returned: refused
+//   deadlock            thread 0 at __syncthreads while its warp waits at __syncwarp: named
+//   gemm_ld             cublasGemmEx with lda < m: CUBLAS_STATUS_INVALID_VALUE
+// Exit 0 when the case behaved as stated (the refusals end the process with status 1 and a
+// message, which the script checks).
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__device__ static float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// out[blockIdx.x] = sum of in over the block's (32, 8) threads
+__global__ static void block_sum_kernel(float *out, const float *in) {
+    __shared__ float warp_sums[8];
+    int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    float x = warp_sum(in[blockIdx.x * 256 + tid]);
+    if (tid % 32 == 0) warp_sums[tid / 32] = x;
+    __syncthreads();
+    if (tid < 32) {
+        x = warp_sum(tid < 8 ? warp_sums[tid] : 0.0f);
+        if (tid == 0) out[blockIdx.x] = x;
+    }
+}
+
+__global__ static void racy_kernel(float *out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = s[(threadIdx.x + 1) % 64]; // the neighbour may not have written yet
+}
+
+__global__ static void dynamic_smem_kernel(float *out) {
+    extern __shared__ float big[];
+    big[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = big[(threadIdx.x + 1) % 32];
+}
+
+__global__ static void shfl_after_exit_kernel(float *out) {
+    if (threadIdx.x >= 16) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ static void deadlock_kernel(float *out) {
+    if (threadIdx.x == 0)
+        __syncthreads();
+    else
+        __syncwarp();
+    out[threadIdx.x] = 0.0f;
+}
+
+static float *device_floats(size_t n) {
+    float *p = NULL;
+    if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) exit(2);
+    return p;
+}
+
+static int expect(int ok, const char *what) {
+    printf("%s: %s\n", ok ? "ok" : "WRONG", what);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    const char *c = argc > 1 ? argv[1] : "";
+    float *d = device_floats(4096);
+    if (!strcmp(c, "reduce")) {
+        float in[4 * 256], out[4];
+        for (int i = 0; i < 4 * 256; i++) in[i] = (float)(i % 97); // integers: sums are exact
+        cudaMemcpy(d, in, sizeof in, cudaMemcpyHostToDevice);
+        block_sum_kernel<<<4, dim3(32, 8)>>>(d + 2048, d);
+        cudaMemcpy(out, d + 2048, sizeof out, cudaMemcpyDeviceToHost);
+        int bad = cudaGetLastError() != cudaSuccess;
+        for (int b = 0; b < 4; b++) {
+            double want = 0;
+            for (int i = 0; i < 256; i++) want += in[b * 256 + i];
+            bad |= out[b] != (float)want;
+        }
+        return expect(!bad, "4 block sums of 256 through shared memory and shuffles are exact");
+    }
+    if (!strcmp(c, "race")) {
+        racy_kernel<<<1, 64>>>(d);
+        return expect(1, "the racy kernel ran (it passes only without PICOTRON_EMU_RACECHECK)");
+    }
+    if (!strcmp(c, "grid_y")) {
+        racy_kernel<<<dim3(1, 65536), 64>>>(d);
+        return expect(cudaGetLastError() == cudaErrorInvalidConfiguration,
+                      "grid.y = 65536 is an invalid configuration");
+    }
+    if (!strcmp(c, "smem")) {
+        dynamic_smem_kernel<<<1, 32, 64 * 1024>>>(d);
+        int refused = cudaGetLastError() != cudaSuccess;
+        cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             64 * 1024);
+        dynamic_smem_kernel<<<1, 32, 64 * 1024>>>(d);
+        int granted = cudaGetLastError() == cudaSuccess;
+        return expect(refused && granted, "64 KiB refused by default, granted by the attribute");
+    }
+    if (!strcmp(c, "host_pointer")) {
+        float *host = (float *)malloc(64 * sizeof(float));
+        racy_kernel<<<1, 64>>>(host);
+        return expect(0, "a host pointer reached a kernel");
+    }
+    if (!strcmp(c, "shfl_after_exit")) {
+        shfl_after_exit_kernel<<<1, 32>>>(d);
+        return expect(0, "a shuffle after lanes exited ran");
+    }
+    if (!strcmp(c, "deadlock")) {
+        deadlock_kernel<<<1, 32>>>(d);
+        return expect(0, "a deadlocked block finished");
+    }
+    if (!strcmp(c, "gemm_ld")) {
+        cublasHandle_t h;
+        cublasCreate(&h);
+        const float one = 1.0f, zero = 0.0f;
+        // C (8, 8) = A (8, 8) @ B (8, 8), but lda = 4 < m = 8
+        cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, d, CUDA_R_32F,
+                                         4, d + 64, CUDA_R_32F, 8, &zero, d + 128, CUDA_R_32F, 8,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        return expect(st == CUBLAS_STATUS_INVALID_VALUE, "lda < m is CUBLAS_STATUS_INVALID_VALUE");
+    }
+    fprintf(stderr, "unknown case '%s'\n", c);
+    return 2;
+}
