@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cblas.h>
 #include <map>
+#include <memory>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -186,56 +187,111 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     return cudaSuccess;
 }
 
-// Every launch and collective has finished when its call returns, so there is never anything
-// to wait for; streams and events only keep their contracts (handles, timing).
+// Streams. Kernels, copies, GEMMs and everything on the default stream run when issued, in
+// program order. A collective issued on a created stream (a group's own, comm_nccl.cu) behaves
+// as on a GPU: it starts when issued (its input is read then and its MPI request posted), but
+// its output lands only once the host has seen it finish: cudaEventQuery or
+// cudaEventSynchronize on an event recorded after it, or a synchronisation of its stream or the
+// device. Until then the output buffer holds NaN, so code that reads it early computes NaN
+// instead of a lucky right answer.
+struct PendingOp {
+    MPI_Request req;
+    std::vector<float> staging; // the input copy; for a reduction or a receive, the result
+    float *dst;                 // where the result lands (NULL for a send)
+    bool done;
+};
+typedef std::vector<std::shared_ptr<PendingOp>> OpList;
 struct EmuStream {
     unsigned int flags;
+    OpList pending;
 };
 struct EmuEvent {
     double seconds;
     bool recorded, timing;
+    OpList waits_for; // the ops of its stream issued before it was recorded
 };
+static std::vector<EmuStream *> streams;
+
+// have all of them finished? Lands the results of those that have.
+static bool test_ops(OpList &ops) {
+    bool all = true;
+    for (auto &op : ops) {
+        if (op->done) continue;
+        int flag = 0;
+        MPI_Test(&op->req, &flag, MPI_STATUS_IGNORE);
+        if (!flag) {
+            all = false;
+            continue;
+        }
+        if (op->dst) memcpy(op->dst, op->staging.data(), op->staging.size() * sizeof(float));
+        op->done = true;
+    }
+    if (all) ops.clear();
+    return all;
+}
+
+static void finish_ops(OpList &ops) {
+    while (!test_ops(ops)) sched_yield();
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    for (EmuStream *s : streams) finish_ops(s->pending);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
-    *stream = new EmuStream{flags};
+    *stream = new EmuStream{flags, {}};
+    streams.push_back(*stream);
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-    if (!stream) return cudaErrorInvalidResourceHandle;
+    auto it = std::find(streams.begin(), streams.end(), stream);
+    if (!stream || it == streams.end()) return cudaErrorInvalidResourceHandle;
+    finish_ops(stream->pending); // queued work still completes, as on a GPU
+    streams.erase(it);
     delete stream;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    if (stream) finish_ops(stream->pending);
     return cudaSuccess;
 }
+// the waiting stream's later work must see the event's ops done: the host waits for them
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-    return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+    if (!event) return cudaErrorInvalidResourceHandle;
+    finish_ops(event->waits_for);
+    return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
-    *event = new EmuEvent{0.0, false, !(flags & cudaEventDisableTiming)};
+    *event = new EmuEvent{0.0, false, !(flags & cudaEventDisableTiming), {}};
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *event) {
     return cudaEventCreateWithFlags(event, 0);
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     if (!event) return cudaErrorInvalidResourceHandle;
     event->seconds = now();
     event->recorded = true;
+    event->waits_for.clear();
+    if (stream) {
+        test_ops(stream->pending);
+        event->waits_for = stream->pending;
+    }
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-    return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+    if (!event) return cudaErrorInvalidResourceHandle;
+    return test_ops(event->waits_for) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-    return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+    if (!event) return cudaErrorInvalidResourceHandle;
+    finish_ops(event->waits_for);
+    return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start || !end || !start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
@@ -695,8 +751,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
 }
 
 // ---------------------------------------------------------------------------------------------
-// NCCL over MPI. A collective is finished when its call returns (a GPU would only have queued
-// it); waits test and yield, never busy-poll, so 8 ranks share 2 cores.
+// NCCL over MPI. A collective on the default stream has finished when its call returns; an
+// all-reduce, send or receive on a created stream is deferred (see the streams above). Waits
+// test and yield, never busy-poll, so 8 ranks share 2 cores.
 struct EmuNccl {
     MPI_Comm comm;
     int rank, size;
@@ -818,11 +875,32 @@ static int mpi_count(size_t count) {
     return (int)count;
 }
 
+// an op on a created stream: input staged now, output NaN until the host sees it finish
+static std::shared_ptr<PendingOp> deferred(cudaStream_t stream, const void *in, float *out,
+                                           size_t count) {
+    auto op = std::make_shared<PendingOp>();
+    if (in)
+        op->staging.assign((const float *)in, (const float *)in + count);
+    else
+        op->staging.resize(count);
+    op->dst = out;
+    op->done = false;
+    if (out) memset(out, 0xff, count * sizeof(float));
+    stream->pending.push_back(op);
+    return op;
+}
+
 ncclResult_t ncclAllReduce(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t type,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     if (!comm || type != ncclFloat) return ncclInvalidArgument;
     if (!floats_on_device(sendbuf, count) || !floats_on_device(recvbuf, count))
         return ncclInvalidArgument;
+    if (stream) {
+        auto pending = deferred(stream, sendbuf, (float *)recvbuf, count);
+        MPI_Iallreduce(MPI_IN_PLACE, pending->staging.data(), mpi_count(count), MPI_FLOAT,
+                       mpi_op(op), comm->comm, &pending->req);
+        return ncclSuccess;
+    }
     MPI_Request req;
     MPI_Iallreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, mpi_count(count),
                    MPI_FLOAT, mpi_op(op), comm->comm, &req);
@@ -885,32 +963,44 @@ struct PendingP2P {
     void *buf;
     int count, peer;
     MPI_Comm comm;
+    cudaStream_t stream; // a created stream: deferred as in ncclAllReduce
 };
 static int group_depth = 0;
 static std::vector<PendingP2P> pending;
 
 static ncclResult_t run_p2p(const std::vector<PendingP2P> &ops) {
-    std::vector<MPI_Request> reqs(ops.size());
+    std::vector<MPI_Request> reqs;
+    reqs.reserve(ops.size());
     // receives first, so a ring that sends all at once never waits on itself
     for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < ops.size(); i++) {
-            const PendingP2P &p = ops[i];
+        for (const PendingP2P &p : ops) {
             if (p.is_send == (pass == 0)) continue;
+            void *buf = p.buf;
+            MPI_Request *req;
+            if (p.stream) {
+                auto op = deferred(p.stream, p.is_send ? p.buf : NULL,
+                                   p.is_send ? NULL : (float *)p.buf, (size_t)p.count);
+                buf = op->staging.data();
+                req = &op->req;
+            } else {
+                reqs.emplace_back();
+                req = &reqs.back();
+            }
             if (p.is_send)
-                MPI_Isend(p.buf, p.count, MPI_FLOAT, p.peer, 0, p.comm, &reqs[i]);
+                MPI_Isend(buf, p.count, MPI_FLOAT, p.peer, 0, p.comm, req);
             else
-                MPI_Irecv(p.buf, p.count, MPI_FLOAT, p.peer, 0, p.comm, &reqs[i]);
+                MPI_Irecv(buf, p.count, MPI_FLOAT, p.peer, 0, p.comm, req);
         }
     wait_all((int)reqs.size(), reqs.data());
     return ncclSuccess;
 }
 
 static ncclResult_t p2p(bool is_send, const void *buf, size_t count, ncclDataType_t type, int peer,
-                        ncclComm_t comm) {
+                        ncclComm_t comm, cudaStream_t stream) {
     if (!comm || type != ncclFloat || peer < 0 || peer >= comm->size || peer == comm->rank)
         return ncclInvalidArgument;
     if (!floats_on_device(buf, count)) return ncclInvalidArgument;
-    PendingP2P op{is_send, (void *)buf, mpi_count(count), peer, comm->comm};
+    PendingP2P op{is_send, (void *)buf, mpi_count(count), peer, comm->comm, stream};
     if (group_depth > 0) {
         pending.push_back(op);
         return ncclSuccess;
@@ -919,12 +1009,12 @@ static ncclResult_t p2p(bool is_send, const void *buf, size_t count, ncclDataTyp
 }
 
 ncclResult_t ncclSend(const void *sendbuf, size_t count, ncclDataType_t type, int peer,
-                      ncclComm_t comm, cudaStream_t) {
-    return p2p(true, sendbuf, count, type, peer, comm);
+                      ncclComm_t comm, cudaStream_t stream) {
+    return p2p(true, sendbuf, count, type, peer, comm, stream);
 }
 ncclResult_t ncclRecv(void *recvbuf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
-                      cudaStream_t) {
-    return p2p(false, recvbuf, count, type, peer, comm);
+                      cudaStream_t stream) {
+    return p2p(false, recvbuf, count, type, peer, comm, stream);
 }
 ncclResult_t ncclGroupStart(void) {
     group_depth++;

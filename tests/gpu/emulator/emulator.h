@@ -4,9 +4,11 @@
 // cuBLAS argument conventions (column-major, leading dimensions, transposes), the NCCL calls'
 // arguments and pairing, and the launch limits of a real GPU (H100: 1024 threads a block,
 // grid.y and grid.z <= 65535, 48 KiB of dynamic shared memory unless a kernel asks for up to
-// 227 KiB). What it cannot prove: speed, memory coalescing, real concurrency between blocks and
-// streams (each launch and each collective runs to completion when it is issued), and CUDA's
-// own libm: a real GPU run is still needed before calling the GPU path working.
+// 227 KiB), and the waits of asynchronous communication: a collective on a created stream
+// delivers its output only once the host has waited for it, and reads NaN before. What it cannot
+// prove: speed, memory coalescing, concurrency between blocks or between kernels (each launch
+// runs to completion when it is issued), NCCL's own progress rules, and CUDA's libm: a real GPU
+// run is still needed before calling the GPU path working.
 //
 // How a kernel runs: the blocks one after another; inside a block, every CUDA thread is a
 // coroutine with its own stack, and the threads take turns between synchronisation points

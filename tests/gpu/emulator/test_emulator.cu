@@ -10,10 +10,14 @@
 //   shfl_after_exit     a full-mask shuffle after half the warp returned: refused
 //   deadlock            thread 0 at __syncthreads while its warp waits at __syncwarp: named
 //   gemm_ld             cublasGemmEx with lda < m: CUBLAS_STATUS_INVALID_VALUE
+//   deferred            an all-reduce on a created stream: its output is NaN until an event
+//                       recorded after it has been waited for, then the result
 // Exit 0 when the case behaved as stated (the refusals end the process with status 1 and a
 // message, which the script checks).
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <math.h>
+#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +134,29 @@ int main(int argc, char **argv) {
                                          4, d + 64, CUDA_R_32F, 8, &zero, d + 128, CUDA_R_32F, 8,
                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         return expect(st == CUBLAS_STATUS_INVALID_VALUE, "lda < m is CUBLAS_STATUS_INVALID_VALUE");
+    }
+    if (!strcmp(c, "deferred")) {
+        MPI_Init(&argc, &argv);
+        ncclUniqueId id;
+        ncclComm_t comm;
+        cudaStream_t stream;
+        cudaEvent_t done;
+        ncclGetUniqueId(&id);
+        ncclCommInitRank(&comm, 1, id, 0);
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        cudaEventCreate(&done);
+        float in[4] = {1, 2, 3, 4}, early[4], late[4];
+        cudaMemcpy(d, in, sizeof in, cudaMemcpyHostToDevice);
+        ncclAllReduce(d, d, 4, ncclFloat, ncclSum, comm, stream);
+        cudaMemcpy(early, d, sizeof early, cudaMemcpyDeviceToHost); // too soon: nothing waited
+        cudaEventRecord(done, stream);
+        cudaEventSynchronize(done);
+        cudaMemcpy(late, d, sizeof late, cudaMemcpyDeviceToHost);
+        int ok = 1;
+        for (int i = 0; i < 4; i++) ok &= isnan(early[i]) && late[i] == in[i];
+        ncclCommDestroy(comm);
+        MPI_Finalize();
+        return expect(ok, "an all-reduce's output reads NaN before its event is waited for");
     }
     fprintf(stderr, "unknown case '%s'\n", c);
     return 2;
