@@ -16,7 +16,8 @@ LAYERS=${1:-8}
 MBS=${2:-4}
 STEPS=${3:-10}
 SEQ=1024
-if [ ! -x ./train ] || ! grep -qa cudaMalloc ./train; then
+TRAIN=${PICOTRON_TRAIN:-./train} # the GPU emulator's: build-emu/bin/train
+if [ ! -x "$TRAIN" ] || ! grep -qa cudaMalloc "$TRAIN"; then
     echo "./train is missing or is the CPU build: run make GPU=1" >&2
     exit 1
 fi
@@ -34,7 +35,7 @@ cat >"$tmp/config.json" <<JSON
 JSON
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | sed 's/^/bench: GPU /'
 echo "bench: SmolLM-1.7B shape, $LAYERS layers, bf16 products, seq $SEQ, mbs $MBS, $STEPS steps"
-PICOTRON_PROFILE=1 ./train --config "$tmp/config.json" >"$tmp/train.log" 2>&1
+PICOTRON_PROFILE=1 "$TRAIN" --config "$tmp/config.json" >"$tmp/train.log" 2>&1
 rc=$?
 cat "$tmp/train.log"
 if [ $rc -ne 0 ]; then

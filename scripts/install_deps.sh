@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and running picotron.c on the CPU needs, and only what is missing:
-# gcc, make, pkg-config, MPICH (mpicc, mpirun), cJSON and BLIS (cblas.h, libblis.so).
+# gcc, make, pkg-config, MPICH (mpicc, mpirun), cJSON and BLIS (cblas.h, libblis.so), and g++ for
+# the GPU build's CPU emulator (make GPU=emulate, tests/t_81_gpu_emulated.sh).
 # Silent and fast when everything is present (no apt-get update then). Debian/Ubuntu only; on
 # other systems it names what to install. The CUDA toolkit and NCCL for `make GPU=1` are not
 # installed here.
@@ -10,6 +11,7 @@ missing=()   # Debian package names
 need_package() { [[ " ${missing[*]-} " == *" $1 "* ]] || missing+=("$1"); }
 
 command -v gcc >/dev/null 2>&1 || need_package gcc
+command -v g++ >/dev/null 2>&1 || need_package g++
 command -v make >/dev/null 2>&1 || need_package make
 command -v pkg-config >/dev/null 2>&1 || need_package pkg-config
 command -v mpicc >/dev/null 2>&1 || need_package libmpich-dev
