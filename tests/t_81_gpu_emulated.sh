@@ -14,7 +14,9 @@
 #      (ranks share one GPU) and "nccl" (one emulated GPU per rank); nccl on a shared GPU is
 #      refused in one line that suggests "mpi"
 #   5. one training step with 71680 tokens per micro-batch (more than a grid's y or z holds):
-#      every launch and GEMM checked against an H100's limits, none computed
+#      every launch and GEMM checked against an H100's limits, none computed; and the GPU
+#      benchmark, bench/gpu_bench.sh, end to end at SmolLM-1.7B's shape (1 layer) the same way,
+#      so the GPU machine's minutes are not spent finding a broken script
 # What it cannot show (speed, real concurrency, CUDA's libm) needs tests/gpu/check.sh on a GPU.
 cd "$(dirname "$0")/.." || exit 1
 if [ "$(uname -m)" != x86_64 ]; then
@@ -130,5 +132,14 @@ if PICOTRON_EMU_DEVICES=2 PICOTRON_EMU_SKIP_COMPUTE=1 timeout 300 \
 else
     tail -n 5 "$log/scale"
     fail "a step with 71680 tokens per micro-batch broke a launch limit"
+fi
+start=$(date +%s)
+if PICOTRON_TRAIN=build-emu/bin/train PICOTRON_EMU_SKIP_COMPUTE=1 timeout 300 \
+    bash bench/gpu_bench.sh 1 1 2 >"$log/bench" 2>&1 && grep -q '^bench: per step' "$log/bench"; then
+    echo "bench/gpu_bench.sh at SmolLM-1.7B's shape (1 layer, seq 1024): runs and reports" \
+        "($(($(date +%s) - start)) s)"
+else
+    tail -n 8 "$log/bench"
+    fail "bench/gpu_bench.sh did not run through on the emulator"
 fi
 exit $status
