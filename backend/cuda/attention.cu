@@ -1,103 +1,165 @@
-// Causal attention of one (query block, key/value block) pair on the GPU, flash-attention style
-// (Dao et al.): keys and values stream through shared memory in tiles of KT rows, each warp
-// keeps one query row's running max, sum and output (the online softmax), and the block's
-// softmax is merged into (out, lse) with the same log-sum-exp update as backend/cpu/attention.c,
-// so ring attention (Liu et al.) visits the blocks one by one on either device.
-// Correctness first: fp32 throughout, one warp per row, no tensor cores; the backward recomputes
-// probabilities from the final lse in two kernels (dq by query rows, dk and dv by key rows), so
-// every output element has one owner and no atomics are needed.
+// Causal attention of one (query block, key/value block) pair on the GPU, the CPU twin's
+// algorithm (backend/cpu/attention.c) with the heads batched: the products are cuBLAS
+// strided-batched GEMMs (scores = scale * q @ k^T, then p @ v in the forward; dp, dq, dk, dv in
+// the backward), and row kernels between them apply the causal mask, the softmax and its
+// backward. The block's softmax is merged into (out, lse) with the log-sum-exp update, so ring
+// attention (Liu et al.) visits the blocks one by one on either device; the backward recomputes
+// the probabilities from the final lse (as flash attention does), so no (Tq, Tk) matrix is kept
+// between the passes.
+// A call handles the heads in sets: batch element b, offset hh inside each group of query heads
+// that share a kv head, and a run of kv heads [g0, g0 + n). Inside a set, consecutive heads are
+// group * D floats apart in q (B, T, H, D), D apart in k and v (B, T, KV, D), and Tq * Tk apart
+// in the scores, so each product of the set is one strided-batched GEMM. n is as large as
+// SCORES_CAP floats of scores allow.
+// Precision: "float32" multiplies in fp32 (no TF32), to match the CPU to 1e-5; "bfloat16"
+// (autocast) on the TF32 tensor cores (10-bit mantissa, more than bf16's 7), fp32 in and out.
 #include "backend/cuda/common.h"
 
-#define KT    32 // key (or query) rows per shared-memory tile: one per lane
-#define WARPS 4  // rows per block, one per warp
+// floats per scores buffer: 256 MiB. `make GPU=emulate` sets 2048, so that the tests' small
+// shapes also run in several sets.
+#ifndef SCORES_CAP
+#define SCORES_CAP (64u << 20)
+#endif
 
-// Shared memory above the 48 KiB default must be asked for (D = 256 needs it).
-template <typename Kernel> static void allow_smem(Kernel kernel, size_t bytes) {
-    if (bytes > 48 * 1024)
-        cudaCheck(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+static DeviceScratch scores_buf, grads_buf, block_lse_buf, block_out_buf;
+
+// column-major C_i (m, n) = alpha * op(A_i) @ op(B_i) + beta * C_i, i < count, all fp32
+static void batched_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                         float alpha, const float *a, int lda, long long stride_a, const float *b,
+                         int ldb, long long stride_b, float beta, float *c, int ldc,
+                         long long stride_c, int count) {
+    PROFILE(PROFILE_ATTENTION);
+    cublasComputeType_t compute = compute_bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasCheck(cublasGemmStridedBatchedEx(
+        cublas_handle, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, stride_a, b, CUDA_R_32F, ldb,
+        stride_b, &beta, c, CUDA_R_32F, ldc, stride_c, count, compute, CUBLAS_GEMM_DEFAULT));
 }
 
-// rows [r0, r0 + KT) of a (T, heads, D) slice, head `head`, into tile (KT, D + 1); the padding
-// column keeps lane j's walk along row j off the other lanes' memory banks. Rows >= T are zero.
-__device__ static void load_tile(float *tile, const float *src, int r0, int T, int heads, int head,
-                                 int D) {
-    for (int idx = threadIdx.x; idx < KT * D; idx += blockDim.x) {
-        int r = idx / D, d = idx % D;
-        float x = 0.0f;
-        if (r0 + r < T) x = src[((size_t)(r0 + r) * heads + head) * D + d];
-        tile[r * (D + 1) + d] = x;
+// A set of heads (see the top of the file) and where its rows start.
+typedef struct {
+    int b, hh, g0, n; // batch element, offset in the group, first kv head, kv heads
+} HeadSet;
+
+// Row-major products of a set, written column-major as in matmul.cu: a row-major (R, K) matrix
+// with row stride ld is the column-major (K, R) one. Per head, with s (Tq, Tk) row-major:
+//   s (Tq, Tk) = alpha * x (Tq, D) @ y^T    where y is (Tk, D)
+//   z (Tq, D) += s @ y (Tk, D)              (beta 0 or 1)
+//   z (Tk, D) += s^T @ x (Tq, D)
+// x rows are heads of q, dout or out (stride group * D, ld H * D), y rows are heads of k or v
+// (stride D, ld KV * D), s is a scores buffer (stride Tq * Tk, ld Tk).
+typedef struct {
+    int Tq, Tk, H, KV, D, group;
+} Shape;
+
+static void scores_of(float *s, const float *x, const float *y, float alpha, Shape sh, int n) {
+    batched_gemm(CUBLAS_OP_T, CUBLAS_OP_N, sh.Tk, sh.Tq, sh.D, alpha, y, sh.KV * sh.D, sh.D, x,
+                 sh.H * sh.D, (long long)sh.group * sh.D, 0.0f, s, sh.Tk, (long long)sh.Tq * sh.Tk,
+                 n);
+}
+static void scores_times_kv(float *z, const float *s, const float *y, float beta, Shape sh, int n) {
+    batched_gemm(CUBLAS_OP_N, CUBLAS_OP_N, sh.D, sh.Tq, sh.Tk, 1.0f, y, sh.KV * sh.D, sh.D, s,
+                 sh.Tk, (long long)sh.Tq * sh.Tk, beta, z, sh.H * sh.D, (long long)sh.group * sh.D,
+                 n);
+}
+static void scores_t_times_q(float *z, const float *s, const float *x, Shape sh, int n) {
+    batched_gemm(CUBLAS_OP_N, CUBLAS_OP_T, sh.D, sh.Tk, sh.Tq, 1.0f, x, sh.H * sh.D,
+                 (long long)sh.group * sh.D, s, sh.Tk, (long long)sh.Tq * sh.Tk, 1.0f, z,
+                 sh.KV * sh.D, sh.D, n);
+}
+
+// kv heads per set: as many as SCORES_CAP floats of scores allow
+static int heads_per_set(Shape sh) {
+    size_t per_head = (size_t)sh.Tq * sh.Tk;
+    size_t n = per_head >= SCORES_CAP ? 1 : SCORES_CAP / per_head;
+    return n < (size_t)sh.KV ? (int)n : sh.KV;
+}
+
+// first element of head (b, h) of a (B, T, heads, D) tensor
+static size_t head_offset(int b, int t_len, int heads, int h, int D) {
+    return ((size_t)b * t_len * heads + h) * D;
+}
+
+// Forward, per row (i, head gi of the set): the mask, then p = exp(s - lse_block), where lse_block
+// is the log of the row's sum of exp over the keys it sees (-inf when it sees none).
+// grid (Tq, n), ROW_THREADS threads
+__global__ static void softmax_rows_kernel(float *s, float *block_lse, const int *q_pos,
+                                           const int *k_pos, int Tq, int Tk, int H, HeadSet set,
+                                           int group) {
+    int i = blockIdx.x, gi = blockIdx.y;
+    float *row = s + ((size_t)gi * Tq + i) * Tk;
+    int qp = q_pos[i];
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < Tk; j += blockDim.x) {
+        float x = k_pos[j] > qp ? -INFINITY : row[j]; // key j is seen iff k_pos[j] <= q_pos[i]
+        row[j] = x;
+        m = fmaxf(m, x);
     }
+    m = block_reduce<true>(m);
+    float sum = 0.0f;
+    if (m != -INFINITY)
+        for (int j = threadIdx.x; j < Tk; j += blockDim.x) sum += expf(row[j] - m);
+    sum = block_reduce<false>(sum);
+    float lse = sum > 0.0f ? m + logf(sum) : -INFINITY;
+    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
+        row[j] = lse == -INFINITY ? 0.0f : expf(row[j] - lse);
+    int h = (set.g0 + gi) * group + set.hh;
+    if (threadIdx.x == 0) block_lse[((size_t)set.b * H + h) * Tq + i] = lse;
 }
 
-__device__ static float dot_tile_row(const float *a, const float *tile_row, int D) {
-    float s = 0.0f;
-    for (int d = 0; d < D; d++) s += a[d] * tile_row[d];
-    return s;
+// merge, per element of out (B, Tq, H, D): out = out * exp(lse - lse_new) + block_out *
+// exp(block_lse - lse_new), lse_new = log(exp(lse) + exp(block_lse)); lse itself changes in
+// merge_lse_kernel, after every element has read it
+__device__ static float log_add_exp(float a, float b) {
+    float top = fmaxf(a, b);
+    return top + logf(expf(a - top) + expf(b - top));
+}
+__global__ static void merge_out_kernel(float *out, const float *lse, const float *block_out,
+                                        const float *block_lse, int Tq, int H, int D, size_t n) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    size_t row = idx / D; // (b, i, h)
+    int h = (int)(row % H), i = (int)((row / H) % Tq), b = (int)(row / H / Tq);
+    size_t li = ((size_t)b * H + h) * Tq + i;
+    if (block_lse[li] == -INFINITY) return; // every key of this block is in the row's future
+    float lse_new = log_add_exp(lse[li], block_lse[li]);
+    out[idx] = out[idx] * expf(lse[li] - lse_new) + block_out[idx] * expf(block_lse[li] - lse_new);
+}
+__global__ static void merge_lse_kernel(float *lse, const float *block_lse, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n && block_lse[i] != -INFINITY) lse[i] = log_add_exp(lse[i], block_lse[i]);
 }
 
-// grid (Tq / WARPS, H, B); warp w of block x takes query row i = x * WARPS + w
-__global__ static void attention_forward_kernel(float *out, float *lse, const float *q,
-                                                const float *k, const float *v, const int *q_pos,
-                                                const int *k_pos, int Tq, int Tk, int H, int KV,
-                                                int D, float scale) {
-    extern __shared__ float smem[];
-    float *ktile = smem;                 // (KT, D + 1)
-    float *vtile = ktile + KT * (D + 1); // (KT, D + 1)
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *qrow = vtile + KT * (D + 1) + warp * D;                   // (D) this warp's query
-    float *acc = vtile + KT * (D + 1) + WARPS * D + warp * D;        // (D) unnormalised output
-    float *ptile = vtile + KT * (D + 1) + 2 * WARPS * D + warp * KT; // (KT) probabilities
-    int b = blockIdx.z, h = blockIdx.y, kvh = h / (H / KV);
-    int i = blockIdx.x * WARPS + warp;
-    bool valid = i < Tq;
-    const float *kb = k + (size_t)b * Tk * KV * D;
-    const float *vb = v + (size_t)b * Tk * KV * D;
-    if (valid)
-        for (int d = lane; d < D; d += 32) {
-            qrow[d] = q[(((size_t)b * Tq + i) * H + h) * D + d];
-            acc[d] = 0.0f;
-        }
-    int qp = valid ? q_pos[i] : 0;
-    float m = -INFINITY, l = 0.0f; // running max and sum of exp(score - m)
-    for (int j0 = 0; j0 < Tk; j0 += KT) {
-        __syncthreads(); // the previous tile is no longer read
-        load_tile(ktile, kb, j0, Tk, KV, kvh, D);
-        load_tile(vtile, vb, j0, Tk, KV, kvh, D);
-        __syncthreads();
-        if (!valid) continue;
-        int j = j0 + lane;
-        // key j is seen by query i iff k_pos[j] <= q_pos[i]
-        float s = -INFINITY;
-        if (j < Tk && k_pos[j] <= qp) s = scale * dot_tile_row(qrow, ktile + lane * (D + 1), D);
-        float m_new = fmaxf(m, warp_max(s));
-        if (m_new == -INFINITY) continue; // no key of this query seen yet
-        float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-        float alpha = expf(m - m_new); // 0 while m = -inf
-        l = l * alpha + warp_sum(p);
-        ptile[lane] = p;
-        __syncwarp();
-        for (int d = lane; d < D; d += 32) {
-            float a = acc[d] * alpha;
-            for (int jj = 0; jj < KT; jj++) a += ptile[jj] * vtile[jj * (D + 1) + d];
-            acc[d] = a;
-        }
-        __syncwarp(); // ptile is rewritten by the next tile
-        m = m_new;
-    }
-    if (!valid || m == -INFINITY) return; // every key of this block is in the future
-    // merge: lse = log(exp(lse) + exp(lse_block)), out = weighted mean of both
-    float *lse_i = lse + ((size_t)b * H + h) * Tq + i;
-    float lse_old = *lse_i;
-    float lse_block = m + logf(l);
-    float top = fmaxf(lse_old, lse_block);
-    float lse_new = top + logf(expf(lse_old - top) + expf(lse_block - top));
-    float w_old = expf(lse_old - lse_new); // 0 when lse = -inf
-    float w_block = expf(lse_block - lse_new) / l;
-    float *oi = out + (((size_t)b * Tq + i) * H + h) * D;
-    for (int d = lane; d < D; d += 32) oi[d] = oi[d] * w_old + acc[d] * w_block;
-    __syncwarp();
-    if (lane == 0) *lse_i = lse_new;
+// q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos (Tq), k_pos (Tk)  out: (B, Tq, H, D)
+// lse: (B, H, Tq), both running values merged with this block's softmax
+void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                             const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
+                             int KV, int D) {
+    PROFILE(PROFILE_ATTENTION);
+    if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
+    Shape sh = {Tq, Tk, H, KV, D, H / KV};
+    size_t n_out = (size_t)B * Tq * H * D, n_lse = (size_t)B * H * Tq;
+    float *s =
+        (float *)device_scratch(&scores_buf, (size_t)heads_per_set(sh) * Tq * Tk * sizeof(float));
+    float *block_lse = (float *)device_scratch(&block_lse_buf, n_lse * sizeof(float));
+    float *block_out = (float *)device_scratch(&block_out_buf, n_out * sizeof(float));
+    int per_set = heads_per_set(sh);
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < sh.group; hh++)
+            for (int g0 = 0; g0 < KV; g0 += per_set) {
+                HeadSet set = {b, hh, g0, per_set < KV - g0 ? per_set : KV - g0};
+                size_t qh = head_offset(b, Tq, H, g0 * sh.group + hh, D);
+                size_t kh = head_offset(b, Tk, KV, g0, D);
+                scores_of(s, q + qh, k + kh, 1.0f / sqrtf((float)D), sh, set.n);
+                softmax_rows_kernel<<<dim3(Tq, set.n), ROW_THREADS>>>(s, block_lse, q_pos, k_pos,
+                                                                      Tq, Tk, H, set, sh.group);
+                cudaCheckLaunch();
+                scores_times_kv(block_out + qh, s, v + kh, 0.0f, sh, set.n); // p @ v
+            }
+    merge_out_kernel<<<blocks_for(n_out, 256), 256>>>(out, lse, block_out, block_lse, Tq, H, D,
+                                                      n_out);
+    cudaCheckLaunch();
+    merge_lse_kernel<<<blocks_for(n_lse, 256), 256>>>(lse, block_lse, n_lse);
+    cudaCheckLaunch();
 }
 
 // delta (B, H, T) = rowsum(dout * out): one warp per (b, t, h) row
@@ -113,153 +175,7 @@ __global__ static void attention_delta_kernel(float *delta, const float *dout, c
     if (lane == 0) delta[((size_t)b * H + h) * T + t] = s;
 }
 
-// dq for one query row per warp: grid (Tq / WARPS, H, B)
-__global__ static void attention_backward_dq_kernel(float *dq, const float *dout, const float *q,
-                                                    const float *k, const float *v,
-                                                    const float *lse, const float *delta,
-                                                    const int *q_pos, const int *k_pos, int Tq,
-                                                    int Tk, int H, int KV, int D, float scale) {
-    extern __shared__ float smem[];
-    float *ktile = smem;                 // (KT, D + 1)
-    float *vtile = ktile + KT * (D + 1); // (KT, D + 1)
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *rows = vtile + KT * (D + 1) + warp * 3 * D;
-    float *qrow = rows, *dorow = rows + D, *acc = rows + 2 * D;       // (D) each
-    float *dstile = vtile + KT * (D + 1) + 3 * WARPS * D + warp * KT; // (KT) ds of the tile
-    int b = blockIdx.z, h = blockIdx.y, kvh = h / (H / KV);
-    int i = blockIdx.x * WARPS + warp;
-    size_t row = (((size_t)b * Tq + (i < Tq ? i : 0)) * H + h) * D;
-    float lse_i = i < Tq ? lse[((size_t)b * H + h) * Tq + i] : -INFINITY;
-    bool valid = lse_i != -INFINITY; // a row that saw no key at all has no gradient
-    float delta_i = valid ? delta[((size_t)b * H + h) * Tq + i] : 0.0f;
-    int qp = valid ? q_pos[i] : 0;
-    if (valid)
-        for (int d = lane; d < D; d += 32) {
-            qrow[d] = q[row + d];
-            dorow[d] = dout[row + d];
-            acc[d] = 0.0f;
-        }
-    const float *kb = k + (size_t)b * Tk * KV * D;
-    const float *vb = v + (size_t)b * Tk * KV * D;
-    for (int j0 = 0; j0 < Tk; j0 += KT) {
-        __syncthreads();
-        load_tile(ktile, kb, j0, Tk, KV, kvh, D);
-        load_tile(vtile, vb, j0, Tk, KV, kvh, D);
-        __syncthreads();
-        if (!valid) continue;
-        int j = j0 + lane;
-        float ds = 0.0f;
-        if (j < Tk && k_pos[j] <= qp) {
-            // forward: p = exp(scale * q.k - lse), out = sum_j p_j v_j
-            float p = expf(scale * dot_tile_row(qrow, ktile + lane * (D + 1), D) - lse_i);
-            float dp = dot_tile_row(dorow, vtile + lane * (D + 1), D); // dp = dout . v
-            ds = p * (dp - delta_i) * scale;                           // softmax backward
-        }
-        if (__all_sync(0xffffffffu, ds == 0.0f)) continue;
-        dstile[lane] = ds;
-        __syncwarp();
-        for (int d = lane; d < D; d += 32) { // dq += ds * k * scale
-            float a = acc[d];
-            for (int jj = 0; jj < KT; jj++) a += dstile[jj] * ktile[jj * (D + 1) + d];
-            acc[d] = a;
-        }
-        __syncwarp();
-    }
-    if (!valid) return;
-    for (int d = lane; d < D; d += 32) dq[row + d] += acc[d];
-}
-
-// dk, dv for one key row per warp, summed over the query heads that share its kv head:
-// grid (Tk / WARPS, KV, B)
-__global__ static void attention_backward_dkv_kernel(float *dk, float *dv, const float *dout,
-                                                     const float *q, const float *k, const float *v,
-                                                     const float *lse, const float *delta,
-                                                     const int *q_pos, const int *k_pos, int Tq,
-                                                     int Tk, int H, int KV, int D, float scale) {
-    extern __shared__ float smem[];
-    float *qtile = smem;                     // (KT, D + 1) query rows
-    float *dotile = qtile + KT * (D + 1);    // (KT, D + 1) their dout rows
-    float *lse_tile = dotile + KT * (D + 1); // (KT)
-    float *delta_tile = lse_tile + KT;       // (KT)
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *rows = delta_tile + KT + warp * 4 * D;
-    float *krow = rows, *vrow = rows + D, *dk_acc = rows + 2 * D, *dv_acc = rows + 3 * D;
-    float *ptile = delta_tile + KT + 4 * WARPS * D + warp * 2 * KT; // (KT) p of the tile
-    float *dstile = ptile + KT;                                     // (KT) ds of the tile
-    int b = blockIdx.z, g = blockIdx.y, group = H / KV;
-    int j = blockIdx.x * WARPS + warp;
-    bool valid = j < Tk;
-    size_t row = (((size_t)b * Tk + (valid ? j : 0)) * KV + g) * D;
-    int kp = valid ? k_pos[j] : 0;
-    if (valid)
-        for (int d = lane; d < D; d += 32) {
-            krow[d] = k[row + d];
-            vrow[d] = v[row + d];
-            dk_acc[d] = 0.0f;
-            dv_acc[d] = 0.0f;
-        }
-    const float *qb = q + (size_t)b * Tq * H * D;
-    const float *dob = dout + (size_t)b * Tq * H * D;
-    for (int h = g * group; h < (g + 1) * group; h++) {
-        for (int i0 = 0; i0 < Tq; i0 += KT) {
-            __syncthreads();
-            load_tile(qtile, qb, i0, Tq, H, h, D);
-            load_tile(dotile, dob, i0, Tq, H, h, D);
-            for (int r = threadIdx.x; r < KT; r += blockDim.x) {
-                bool in = i0 + r < Tq;
-                lse_tile[r] = in ? lse[((size_t)b * H + h) * Tq + i0 + r] : -INFINITY;
-                delta_tile[r] = in ? delta[((size_t)b * H + h) * Tq + i0 + r] : 0.0f;
-            }
-            __syncthreads();
-            if (!valid) continue;
-            int i = i0 + lane;
-            float p = 0.0f, ds = 0.0f;
-            if (i < Tq && lse_tile[lane] != -INFINITY && kp <= q_pos[i]) {
-                const float *qi = qtile + lane * (D + 1), *doi = dotile + lane * (D + 1);
-                p = expf(scale * dot_tile_row(krow, qi, D) - lse_tile[lane]);
-                float dp = dot_tile_row(vrow, doi, D);
-                ds = p * (dp - delta_tile[lane]) * scale;
-            }
-            if (__all_sync(0xffffffffu, p == 0.0f)) continue;
-            ptile[lane] = p;
-            dstile[lane] = ds;
-            __syncwarp();
-            for (int d = lane; d < D; d += 32) {
-                float a_k = dk_acc[d], a_v = dv_acc[d];
-                for (int ii = 0; ii < KT; ii++) {
-                    a_v += ptile[ii] * dotile[ii * (D + 1) + d]; // dv += p * dout
-                    a_k += dstile[ii] * qtile[ii * (D + 1) + d]; // dk += ds * q * scale
-                }
-                dk_acc[d] = a_k;
-                dv_acc[d] = a_v;
-            }
-            __syncwarp();
-        }
-    }
-    if (!valid) return;
-    for (int d = lane; d < D; d += 32) {
-        dk[row + d] += dk_acc[d];
-        dv[row + d] += dv_acc[d];
-    }
-}
-
-// q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos (Tq), k_pos (Tk)  out: (B, Tq, H, D)
-// lse: (B, H, Tq), both running values merged with this block's softmax
-void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                             const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
-                             int KV, int D) {
-    PROFILE(PROFILE_ATTENTION);
-    if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
-    float scale = 1.0f / sqrtf((float)D);
-    size_t smem = (2 * KT * (D + 1) + 2 * WARPS * D + WARPS * KT) * sizeof(float);
-    allow_smem(attention_forward_kernel, smem);
-    dim3 grid((Tq + WARPS - 1) / WARPS, H, B);
-    attention_forward_kernel<<<grid, WARPS * 32, smem>>>(out, lse, q, k, v, q_pos, k_pos, Tq, Tk, H,
-                                                         KV, D, scale);
-    cudaCheckLaunch();
-}
-
-// delta (B, H, T) = rowsum(dout * out): the softmax backward's sum_j p_j dp_j, per query row
+// the softmax's sum_j p_j dp_j of each query row: delta (B, H, T) = rowsum(dout * out)
 void attention_backward_delta(float *delta, const float *dout, const float *out, int B, int T,
                               int H, int D) {
     PROFILE(PROFILE_ATTENTION);
@@ -269,23 +185,61 @@ void attention_backward_delta(float *delta, const float *dout, const float *out,
     cudaCheckLaunch();
 }
 
+// Backward, per element (head gi of the set, i, j): forward p = exp(scale * q.k - lse) on the
+// keys row i sees (0 elsewhere, and 0 for a row that saw no key at all: it has no gradient)
+__global__ static void probs_kernel(float *s, const float *lse, const int *q_pos, const int *k_pos,
+                                    int Tq, int Tk, int H, HeadSet set, int group, size_t n) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    int j = (int)(idx % Tk), i = (int)((idx / Tk) % Tq), gi = (int)(idx / Tk / Tq);
+    float lse_i = lse[((size_t)set.b * H + (set.g0 + gi) * group + set.hh) * Tq + i];
+    s[idx] = lse_i == -INFINITY || k_pos[j] > q_pos[i] ? 0.0f : expf(s[idx] - lse_i);
+}
+
+// softmax backward: ds = p * (dp - delta), times scale for s = scale * q @ k^T; in place in dp
+__global__ static void softmax_backward_kernel(float *dp, const float *p, const float *delta,
+                                               float scale, int Tq, int Tk, int H, HeadSet set,
+                                               int group, size_t n) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    int i = (int)((idx / Tk) % Tq), gi = (int)(idx / Tk / Tq);
+    float delta_i = delta[((size_t)set.b * H + (set.g0 + gi) * group + set.hh) * Tq + i];
+    dp[idx] = p[idx] * (dp[idx] - delta_i) * scale;
+}
+
+// dq (B, Tq, H, D), dk, dv (B, Tk, KV, D) += the gradients of this block; the query heads of a
+// group add into their kv head's dk and dv one set after another (hh), never at once
 void attention_backward_block(float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *lse, const float *delta,
                               const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
                               int KV, int D) {
     PROFILE(PROFILE_ATTENTION);
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
+    Shape sh = {Tq, Tk, H, KV, D, H / KV};
     float scale = 1.0f / sqrtf((float)D);
-    size_t smem_dq = (2 * KT * (D + 1) + 3 * WARPS * D + WARPS * KT) * sizeof(float);
-    allow_smem(attention_backward_dq_kernel, smem_dq);
-    dim3 grid_dq((Tq + WARPS - 1) / WARPS, H, B);
-    attention_backward_dq_kernel<<<grid_dq, WARPS * 32, smem_dq>>>(
-        dq, dout, q, k, v, lse, delta, q_pos, k_pos, Tq, Tk, H, KV, D, scale);
-    cudaCheckLaunch();
-    size_t smem_dkv = (2 * KT * (D + 1) + 2 * KT + 4 * WARPS * D + 2 * WARPS * KT) * sizeof(float);
-    allow_smem(attention_backward_dkv_kernel, smem_dkv);
-    dim3 grid_dkv((Tk + WARPS - 1) / WARPS, KV, B);
-    attention_backward_dkv_kernel<<<grid_dkv, WARPS * 32, smem_dkv>>>(
-        dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, Tq, Tk, H, KV, D, scale);
-    cudaCheckLaunch();
+    size_t set_bytes = (size_t)heads_per_set(sh) * Tq * Tk * sizeof(float);
+    float *p = (float *)device_scratch(&scores_buf, set_bytes);
+    float *ds = (float *)device_scratch(&grads_buf, set_bytes);
+    int per_set = heads_per_set(sh);
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < sh.group; hh++)
+            for (int g0 = 0; g0 < KV; g0 += per_set) {
+                HeadSet set = {b, hh, g0, per_set < KV - g0 ? per_set : KV - g0};
+                size_t qh = head_offset(b, Tq, H, g0 * sh.group + hh, D);
+                size_t kh = head_offset(b, Tk, KV, g0, D);
+                size_t n = (size_t)set.n * Tq * Tk;
+                scores_of(p, q + qh, k + kh, scale, sh, set.n);
+                probs_kernel<<<blocks_for(n, 256), 256>>>(p, lse, q_pos, k_pos, Tq, Tk, H, set,
+                                                          sh.group, n);
+                cudaCheckLaunch();
+                // forward: out = p @ v  =>  dv += p^T @ dout, dp = dout @ v^T
+                scores_t_times_q(dv + kh, p, dout + qh, sh, set.n);
+                scores_of(ds, dout + qh, v + kh, 1.0f, sh, set.n);
+                softmax_backward_kernel<<<blocks_for(n, 256), 256>>>(ds, p, delta, scale, Tq, Tk, H,
+                                                                     set, sh.group, n);
+                cudaCheckLaunch();
+                // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
+                scores_times_kv(dq + qh, ds, k + kh, 1.0f, sh, set.n);
+                scores_t_times_q(dk + kh, ds, q + qh, sh, set.n);
+            }
 }

@@ -70,6 +70,35 @@ __device__ static inline float warp_max(float x) {
     return x;
 }
 
+// The row kernels (RMSNorm, cross-entropy, softmax) give each row a block of ROW_THREADS threads.
+// block_reduce<IS_MAX>: fmaxf or + of x over such a block, returned to every thread: each warp
+// reduces in registers, then the first warp reduces the warps' results from shared memory.
+#define ROW_THREADS 256
+template <bool IS_MAX> __device__ static inline float block_reduce(float x) {
+    __shared__ float warp_vals[ROW_THREADS / 32];
+    __shared__ float total;
+    x = IS_MAX ? warp_max(x) : warp_sum(x);
+    if (threadIdx.x % 32 == 0) warp_vals[threadIdx.x / 32] = x;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        x = threadIdx.x < ROW_THREADS / 32 ? warp_vals[threadIdx.x] : (IS_MAX ? -INFINITY : 0.0f);
+        x = IS_MAX ? warp_max(x) : warp_sum(x);
+        if (threadIdx.x == 0) total = x;
+    }
+    __syncthreads();
+    return total;
+}
+
+// A device buffer reused from call to call, grown when a call needs more. Stream-ordered
+// (cudaMallocAsync/cudaFreeAsync on the compute stream): the old buffer goes after the work
+// queued before has read it, with no device-wide synchronisation (cudaFree's), which could wait
+// on an NCCL kernel that waits on a peer.
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} DeviceScratch;
+void *device_scratch(DeviceScratch *s, size_t bytes);
+
 // ---------------------------------------------------------------------------------------------
 // The opt-in profiler (environment PICOTRON_PROFILE=1, read by backend_init): a pair of CUDA
 // events on the compute stream around each backend call, summed per category and printed by

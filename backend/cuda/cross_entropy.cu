@@ -3,24 +3,6 @@
 // the calls, exactly as on the CPU.
 #include "backend/cuda/common.h"
 
-#define ROW_THREADS 256
-
-// fmaxf or + over the block, returned to every thread
-template <bool IS_MAX> __device__ static float block_reduce(float x) {
-    __shared__ float warp_vals[ROW_THREADS / 32];
-    __shared__ float total;
-    x = IS_MAX ? warp_max(x) : warp_sum(x);
-    if (threadIdx.x % 32 == 0) warp_vals[threadIdx.x / 32] = x;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        x = threadIdx.x < ROW_THREADS / 32 ? warp_vals[threadIdx.x] : (IS_MAX ? -INFINITY : 0.0f);
-        x = IS_MAX ? warp_max(x) : warp_sum(x);
-        if (threadIdx.x == 0) total = x;
-    }
-    __syncthreads();
-    return total;
-}
-
 __global__ static void cross_entropy_max_kernel(float *maxes, const float *logits, int V) {
     const float *l = logits + (size_t)blockIdx.x * V;
     float m = -INFINITY;

@@ -21,8 +21,7 @@ int compute_bf16 = 0;
 
 // The bf16 copies of one product's operands. The compute stream runs in program order, so the
 // next product may overwrite them: nothing reads them after their GEMM.
-static __nv_bfloat16 *scratch = NULL;
-static size_t scratch_elems = 0;
+static DeviceScratch scratch;
 #define SCRATCH_ALIGN 64 // elements (128 bytes): each operand starts where tensor cores want it
 
 static size_t aligned(size_t n) {
@@ -30,14 +29,7 @@ static size_t aligned(size_t n) {
 }
 
 static __nv_bfloat16 *bf16_scratch(size_t n) {
-    if (n > scratch_elems) {
-        // stream-ordered: the old buffer goes after the GEMMs queued before have read it, with
-        // no device-wide synchronisation (cudaFree's), which could wait on an NCCL kernel
-        if (scratch) cudaCheck(cudaFreeAsync(scratch, 0));
-        cudaCheck(cudaMallocAsync((void **)&scratch, n * sizeof(__nv_bfloat16), 0));
-        scratch_elems = n;
-    }
-    return scratch;
+    return (__nv_bfloat16 *)device_scratch(&scratch, n * sizeof(__nv_bfloat16));
 }
 
 // round to nearest even, as torch's .to(torch.bfloat16)

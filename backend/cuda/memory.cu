@@ -145,6 +145,15 @@ void *device_malloc(size_t bytes) {
     return ptr;
 }
 
+void *device_scratch(DeviceScratch *s, size_t bytes) {
+    if (bytes > s->bytes) {
+        if (s->ptr) cudaCheck(cudaFreeAsync(s->ptr, 0));
+        cudaCheck(cudaMallocAsync(&s->ptr, bytes, 0));
+        s->bytes = bytes;
+    }
+    return s->ptr;
+}
+
 void device_free(void *ptr) {
     if (ptr) cudaCheck(cudaFree(ptr));
 }

@@ -2,24 +2,6 @@
 // tiles (deterministic, no atomics).
 #include "backend/cuda/common.h"
 
-#define ROW_THREADS 256
-
-// the sum of x over the block, returned to every thread
-__device__ static float block_sum_float(float x) {
-    __shared__ float warp_sums[ROW_THREADS / 32];
-    __shared__ float total;
-    x = warp_sum(x);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = x;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        x = threadIdx.x < ROW_THREADS / 32 ? warp_sums[threadIdx.x] : 0.0f;
-        x = warp_sum(x);
-        if (threadIdx.x == 0) total = x;
-    }
-    __syncthreads();
-    return total;
-}
-
 __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp,
                                               const float *weight, int C, float eps) {
     int n = blockIdx.x;
@@ -27,7 +9,7 @@ __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const flo
     float *o = out + (size_t)n * C;
     float ss = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
-    ss = block_sum_float(ss);
+    ss = block_reduce<false>(ss);
     float r = 1.0f / sqrtf(ss / C + eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = x[c] * r * weight[c];
     if (threadIdx.x == 0) rstd[n] = r;
@@ -43,7 +25,7 @@ __global__ static void rmsnorm_backward_dinp_kernel(float *dinp, const float *do
     float r = rstd[n];
     float dot = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dot += d[c] * weight[c] * x[c];
-    dot = block_sum_float(dot);
+    dot = block_reduce<false>(dot);
     // forward: out = inp * rstd * weight, rstd = (mean(inp^2) + eps)^(-1/2)
     float k = dot * r * r * r / C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += r * d[c] * weight[c] - k * x[c];

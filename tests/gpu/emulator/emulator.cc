@@ -697,14 +697,14 @@ const char *cublasGetStatusString(cublasStatus_t status) {
     return "CUBLAS_STATUS_UNKNOWN";
 }
 
-// a (rows, cols) column-major operand with leading dimension ld, as fp32
-static std::vector<float> operand(const char *what, const void *ptr, cudaDataType type, int rows,
-                                  int cols, int ld) {
+// a (rows, cols) column-major operand with leading dimension ld, as fp32; TF32 keeps 10 bits of
+// mantissa (rounded to nearest, ties away, as the tensor cores' conversion)
+static std::vector<float> operand(const char *call, const char *what, const void *ptr,
+                                  cudaDataType type, int rows, int cols, int ld, bool tf32) {
     size_t elems = cols == 0 || rows == 0 ? 0 : (size_t)(cols - 1) * ld + rows;
     size_t bytes = elems * (type == CUDA_R_16BF ? 2 : 4);
     if (elems && !is_device(ptr, bytes))
-        emu_fail("cublasGemmEx: operand %s (%d x %d, ld %d) is not inside one cudaMalloc "
-                 "allocation",
+        emu_fail("%s: operand %s (%d x %d, ld %d) is not inside one cudaMalloc allocation", call,
                  what, rows, cols, ld);
     if (skip_compute()) return {};
     std::vector<float> out(elems);
@@ -713,30 +713,39 @@ static std::vector<float> operand(const char *what, const void *ptr, cudaDataTyp
     else
         for (size_t i = 0; i < elems; i++)
             out[i] = __bfloat162float(((const __nv_bfloat16 *)ptr)[i]);
+    if (tf32)
+        for (float &x : out) {
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+            memcpy(&x, &u, 4);
+        }
     return out;
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
-                            cublasOperation_t transb, int m, int n, int k, const void *alpha,
-                            const void *A, cudaDataType Atype, int lda, const void *B,
-                            cudaDataType Btype, int ldb, const void *beta, void *C,
-                            cudaDataType Ctype, int ldc, cublasComputeType_t compute,
-                            cublasGemmAlgo_t) {
+// One GEMM of cublasGemmEx or of a batch: checked as cuBLAS checks it, computed by the CPU's
+// BLAS on fp32 copies of the operands (a bf16 product is exact in fp32).
+static cublasStatus_t gemm(const char *call, cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                           const void *A, cudaDataType Atype, int lda, const void *B,
+                           cudaDataType Btype, int ldb, const void *beta, void *C,
+                           cudaDataType Ctype, int ldc, cublasComputeType_t compute) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
     int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
     if (m < 0 || n < 0 || k < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) ||
         ldc < std::max(1, m))
         return CUBLAS_STATUS_INVALID_VALUE;
-    bool types_ok = Atype == Btype && (Atype == CUDA_R_32F || Atype == CUDA_R_16BF) &&
-                    Ctype == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F;
+    bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    bool types_ok = Atype == Btype && Ctype == CUDA_R_32F &&
+                    ((Atype == CUDA_R_32F && (compute == CUBLAS_COMPUTE_32F || tf32)) ||
+                     (Atype == CUDA_R_16BF && compute == CUBLAS_COMPUTE_32F));
     if (!types_ok) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    std::vector<float> a = operand("A", A, Atype, a_rows, a_cols, lda);
-    std::vector<float> b = operand("B", B, Btype, b_rows, b_cols, ldb);
+    std::vector<float> a = operand(call, "A", A, Atype, a_rows, a_cols, lda, tf32);
+    std::vector<float> b = operand(call, "B", B, Btype, b_rows, b_cols, ldb, tf32);
     if (!is_device(C, ((size_t)(n - 1) * ldc + m) * sizeof(float)))
-        emu_fail("cublasGemmEx: C (%d x %d, ld %d) is not inside one cudaMalloc allocation", m, n,
-                 ldc);
+        emu_fail("%s: C (%d x %d, ld %d) is not inside one cudaMalloc allocation", call, m, n, ldc);
     float al = *(const float *)alpha, be = *(const float *)beta;
     if (skip_compute()) return CUBLAS_STATUS_SUCCESS;
     if (k == 0) {
@@ -747,6 +756,37 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                 transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, a.data(), lda,
                 b.data(), ldb, be, (float *)C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                            const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+    return gemm("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype,
+                ldb, beta, C, Ctype, ldc, compute);
+}
+
+// the batch's GEMMs one after another: the emulator has no concurrency for a shared C to show
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long stride_a, const void *B,
+                                          cudaDataType Btype, int ldb, long long stride_b,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long stride_c, int count,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    size_t a_size = Atype == CUDA_R_16BF ? 2 : 4, b_size = Btype == CUDA_R_16BF ? 2 : 4;
+    for (int i = 0; i < count; i++) {
+        cublasStatus_t st = gemm("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k,
+                                 alpha, (const char *)A + i * stride_a * a_size, Atype, lda,
+                                 (const char *)B + i * stride_b * b_size, Btype, ldb, beta,
+                                 (float *)C + i * stride_c, Ctype, ldc, compute);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 

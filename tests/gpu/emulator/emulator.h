@@ -205,7 +205,8 @@ static inline void emu_launch(EmuConfig c, const char *name, void (*kernel)(P...
 }
 
 // ---------------------------------------------------------------------------------------------
-// cuBLAS (cublas_v2.h): one GEMM, fp32 or bf16 operands, fp32 output and accumulation
+// cuBLAS (cublas_v2.h): GEMMs, single and strided-batched; fp32 or bf16 operands (fp32 ones
+// optionally rounded to TF32), fp32 output and accumulation
 typedef struct EmuCublas *cublasHandle_t;
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -230,6 +231,14 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cudaDataType Btype, int ldb, const void *beta, void *C,
                             cudaDataType Ctype, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long stride_a, const void *B,
+                                          cudaDataType Btype, int ldb, long long stride_b,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long stride_c, int count,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t algo);
 
 // ---------------------------------------------------------------------------------------------
 // NCCL (nccl.h) over MPI: a communicator is an MPI communicator of the same ranks
