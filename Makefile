@@ -33,8 +33,6 @@ else ifeq ($(GPU),emulate)
   LDLIBS   += -lblis -lstdc++
   BUILD    := build-emu
   CU_COMPILE = perl $(EMU)/translate.pl $< >$@.cc && mpicxx $(EMUFLAGS) -c -o $@ $@.cc
-$(BUILD)/$(EMU)/test_emulator: $(BUILD)/$(EMU)/test_emulator.o $(BUILD)/$(EMU)/emulator.o
-	mpicxx -o $@ $^ -lblis
 else
   BACKEND_SRC = $(wildcard backend/cpu/*.c)
   BACKEND_OBJ = $(BACKEND_SRC:%.c=$(BUILD)/%.o)
@@ -72,6 +70,8 @@ $(BUILD)/%.o: %.cu $(wildcard *.h backend/*.h backend/cuda/*.h $(EMU)/*)
 $(BUILD)/%.o: %.cc $(wildcard $(EMU)/*)
 	@mkdir -p $(dir $@)
 	mpicxx $(EMUFLAGS) -c -o $@ $<
+$(BUILD)/$(EMU)/test_emulator: $(BUILD)/$(EMU)/test_emulator.o $(BUILD)/$(EMU)/emulator.o
+	mpicxx -o $@ $^ -lblis
 
 deps:
 	@bash scripts/install_deps.sh

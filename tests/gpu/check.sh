@@ -12,7 +12,20 @@
 #   scale  2 steps of the tiny model with 71680 tokens per micro-batch (grid limits at scale)
 #   4.     benchmark (bench/gpu_bench.sh): a SmolLM-1.7B-shaped stack, bf16, seq 1024: tokens/s,
 #          MFU and the step's time split (GEMM, attention, other kernels, communication)
+# PICOTRON_CHECK_GPU=emulate rehearses this script on the CPU emulator (make GPU=emulate,
+# build-emu/), the benchmark's launches checked but not computed: the script's own plumbing is
+# proven before the GPU machine's minutes are spent on it. No number it prints means anything.
 cd "$(dirname "$0")/../.." || exit 1
+GPU_MODE=${PICOTRON_CHECK_GPU:-1}
+BUILD=build-gpu
+HEAVY=(env)              # how the two big runs (scale, benchmark) start
+BENCH_ARGS=()
+if [ "$GPU_MODE" = emulate ]; then
+    BUILD=build-emu
+    HEAVY=(env PICOTRON_EMU_SKIP_COMPUTE=1)
+    BENCH_ARGS=(1 1 2)   # 1 layer, micro-batch 1, 2 steps
+fi
+export PICOTRON_GPU_BUILD=$BUILD
 passed=0 failed=0
 log_dir=$(mktemp -d /tmp/picotron_gpu_check.XXXXXX)
 trap 'rm -rf "$log_dir"' EXIT
@@ -38,7 +51,7 @@ missing=()
 for tool in mpicc mpirun "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" pkg-config python3; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
-[ -f /usr/include/cblas.h ] || missing+=("cblas.h (libblis-dev)")
+echo "#include <cblas.h>" | gcc -E -x c - >/dev/null 2>&1 || missing+=("cblas.h (libblis-dev)")
 pkg-config --exists libcjson 2>/dev/null || missing+=("libcjson-dev")
 if [ ${#missing[@]} -gt 0 ]; then
     echo "FAIL build: missing ${missing[*]} (scripts/install_deps.sh installs them)"
@@ -47,7 +60,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 start=$(date +%s)
-timeout 360 make GPU=1 -j"$(nproc)" >"$log_dir/build.log" 2>&1
+timeout 360 make GPU="$GPU_MODE" -j"$(nproc)" >"$log_dir/build.log" 2>&1
 built=$?
 rc=$built
 if [ $rc -eq 0 ] && grep -qi warning "$log_dir/build.log"; then
@@ -55,19 +68,19 @@ if [ $rc -eq 0 ] && grep -qi warning "$log_dir/build.log"; then
     grep -i -A3 warning "$log_dir/build.log" >"$log_dir/warnings.log"
     mv "$log_dir/warnings.log" "$log_dir/build.log"
 fi
-report "build: make GPU=1, warning-free" $(($(date +%s) - start)) $rc "$log_dir/build.log"
+report "build: make GPU=$GPU_MODE, warning-free" $(($(date +%s) - start)) $rc "$log_dir/build.log"
 [ $built -eq 0 ] || finish
 
 start=$(date +%s)
-{ bash tests/gpu/build_test.sh && timeout 120 build-gpu/tests/gpu/test_kernels_vs_cpu; } \
+{ bash tests/gpu/build_test.sh && timeout 120 $BUILD/tests/gpu/test_kernels_vs_cpu; } \
     >"$log_dir/kernels.log" 2>&1
 rc=$?
 sed 's/^/    /' "$log_dir/kernels.log"
 report "1. CUDA kernels vs their CPU twins" $(($(date +%s) - start)) $rc "$log_dir/kernels.log"
 
 start=$(date +%s)
-{ PICOTRON_BUILD=build-gpu timeout 120 bash tests/t_30_model_vs_torch.sh &&
-    timeout 120 build-gpu/tests/gpu/test_model_bf16 tests/fixtures/llama_tiny_tied.bin \
+{ PICOTRON_BUILD=$BUILD timeout 120 bash tests/t_30_model_vs_torch.sh &&
+    timeout 120 $BUILD/tests/gpu/test_model_bf16 tests/fixtures/llama_tiny_tied.bin \
         tests/fixtures/llama_tiny_untied.bin; } >"$log_dir/model.log" 2>&1
 rc=$?
 grep -E '^tests/fixtures|\(tol ' "$log_dir/model.log" | sed 's/^/    /'
@@ -77,7 +90,7 @@ report "2. tiny model on one GPU vs the PyTorch fixture, fp32 and bf16" \
 # in a subshell: the harness sets its own EXIT trap and counters
 start=$(date +%s)
 (
-    export PICOTRON_BUILD=build-gpu
+    export PICOTRON_BUILD=$BUILD
     export HARNESS_DISTRIBUTED_EXTRA='"use_cpu": false, "backend": "mpi"'
     export HARNESS_MODEL_EXTRA='"dtype": "float32"' # the GPU default, bfloat16, is not exact
     # shellcheck source=tests/layout_harness.sh
@@ -101,14 +114,15 @@ cat >"$log_dir/scale.json" <<JSON
  "training": {"total_train_steps": 2, "seq_length": 1024, "micro_batch_size": 70},
  "dataset": {"name": "data/pride_and_prejudice.txt"}}
 JSON
-timeout 120 mpirun -np 1 ./train --config "$log_dir/scale.json" >"$log_dir/scale.log" 2>&1
+timeout 120 "${HEAVY[@]}" mpirun -np 1 ./train --config "$log_dir/scale.json" \
+    >"$log_dir/scale.log" 2>&1
 rc=$?
 grep -E 'Step: *2 ' "$log_dir/scale.log" | sed 's/^/    /'
 report "scale: 2 steps with 71680 tokens per micro-batch, bf16" $(($(date +%s) - start)) $rc \
     "$log_dir/scale.log"
 
 start=$(date +%s)
-timeout 240 bash bench/gpu_bench.sh >"$log_dir/bench.log" 2>&1
+timeout 240 "${HEAVY[@]}" bash bench/gpu_bench.sh "${BENCH_ARGS[@]}" >"$log_dir/bench.log" 2>&1
 rc=$?
 grep -E '^(bench|profile):' "$log_dir/bench.log" | sed 's/^/    /'
 report "4. benchmark, SmolLM-1.7B-shaped, bf16, seq 1024" $(($(date +%s) - start)) $rc \
