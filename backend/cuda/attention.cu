@@ -40,28 +40,29 @@ typedef struct {
     int b, hh, g0, n; // batch element, offset in the group, first kv head, kv heads
 } HeadSet;
 
-// Row-major products of a set, written column-major as in matmul.cu: a row-major (R, K) matrix
-// with row stride ld is the column-major (K, R) one. Per head, with s (Tq, Tk) row-major:
-//   s (Tq, Tk) = alpha * x (Tq, D) @ y^T    where y is (Tk, D)
-//   z (Tq, D) += s @ y (Tk, D)              (beta 0 or 1)
-//   z (Tk, D) += s^T @ x (Tq, D)
-// x rows are heads of q, dout or out (stride group * D, ld H * D), y rows are heads of k or v
-// (stride D, ld KV * D), s is a scores buffer (stride Tq * Tk, ld Tk).
+// The three products of a set, per head, row-major, written column-major as in matmul.cu (a
+// row-major (R, K) matrix with row stride ld is the column-major (K, R) one):
+//   x_times_yt:  s (Tq, Tk) = alpha * x (Tq, D) @ y (Tk, D)^T
+//   s_times_y:   z (Tq, D) = s @ y (Tk, D) + beta * z
+//   st_times_x:  z (Tk, D) += s^T @ x (Tq, D)
+// x is a query-side tensor: q, dout or out (heads group * D apart, rows H * D apart); y a
+// key-side one: k, v, dk or dv (heads D apart, rows KV * D apart); s a scores buffer (heads
+// Tq * Tk apart, rows Tk apart).
 typedef struct {
     int Tq, Tk, H, KV, D, group;
 } Shape;
 
-static void scores_of(float *s, const float *x, const float *y, float alpha, Shape sh, int n) {
+static void x_times_yt(float *s, const float *x, const float *y, float alpha, Shape sh, int n) {
     batched_gemm(CUBLAS_OP_T, CUBLAS_OP_N, sh.Tk, sh.Tq, sh.D, alpha, y, sh.KV * sh.D, sh.D, x,
                  sh.H * sh.D, (long long)sh.group * sh.D, 0.0f, s, sh.Tk, (long long)sh.Tq * sh.Tk,
                  n);
 }
-static void scores_times_kv(float *z, const float *s, const float *y, float beta, Shape sh, int n) {
+static void s_times_y(float *z, const float *s, const float *y, float beta, Shape sh, int n) {
     batched_gemm(CUBLAS_OP_N, CUBLAS_OP_N, sh.D, sh.Tq, sh.Tk, 1.0f, y, sh.KV * sh.D, sh.D, s,
                  sh.Tk, (long long)sh.Tq * sh.Tk, beta, z, sh.H * sh.D, (long long)sh.group * sh.D,
                  n);
 }
-static void scores_t_times_q(float *z, const float *s, const float *x, Shape sh, int n) {
+static void st_times_x(float *z, const float *s, const float *x, Shape sh, int n) {
     batched_gemm(CUBLAS_OP_N, CUBLAS_OP_T, sh.D, sh.Tk, sh.Tq, 1.0f, x, sh.H * sh.D,
                  (long long)sh.group * sh.D, s, sh.Tk, (long long)sh.Tq * sh.Tk, 1.0f, z,
                  sh.KV * sh.D, sh.D, n);
@@ -149,11 +150,11 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                 HeadSet set = {b, hh, g0, per_set < KV - g0 ? per_set : KV - g0};
                 size_t qh = head_offset(b, Tq, H, g0 * sh.group + hh, D);
                 size_t kh = head_offset(b, Tk, KV, g0, D);
-                scores_of(s, q + qh, k + kh, 1.0f / sqrtf((float)D), sh, set.n);
+                x_times_yt(s, q + qh, k + kh, 1.0f / sqrtf((float)D), sh, set.n);
                 softmax_rows_kernel<<<dim3(Tq, set.n), ROW_THREADS>>>(s, block_lse, q_pos, k_pos,
                                                                       Tq, Tk, H, set, sh.group);
                 cudaCheckLaunch();
-                scores_times_kv(block_out + qh, s, v + kh, 0.0f, sh, set.n); // p @ v
+                s_times_y(block_out + qh, s, v + kh, 0.0f, sh, set.n); // p @ v
             }
     merge_out_kernel<<<blocks_for(n_out, 256), 256>>>(out, lse, block_out, block_lse, Tq, H, D,
                                                       n_out);
@@ -228,18 +229,18 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                 size_t qh = head_offset(b, Tq, H, g0 * sh.group + hh, D);
                 size_t kh = head_offset(b, Tk, KV, g0, D);
                 size_t n = (size_t)set.n * Tq * Tk;
-                scores_of(p, q + qh, k + kh, scale, sh, set.n);
+                x_times_yt(p, q + qh, k + kh, scale, sh, set.n);
                 probs_kernel<<<blocks_for(n, 256), 256>>>(p, lse, q_pos, k_pos, Tq, Tk, H, set,
                                                           sh.group, n);
                 cudaCheckLaunch();
                 // forward: out = p @ v  =>  dv += p^T @ dout, dp = dout @ v^T
-                scores_t_times_q(dv + kh, p, dout + qh, sh, set.n);
-                scores_of(ds, dout + qh, v + kh, 1.0f, sh, set.n);
+                st_times_x(dv + kh, p, dout + qh, sh, set.n);
+                x_times_yt(ds, dout + qh, v + kh, 1.0f, sh, set.n);
                 softmax_backward_kernel<<<blocks_for(n, 256), 256>>>(ds, p, delta, scale, Tq, Tk, H,
                                                                      set, sh.group, n);
                 cudaCheckLaunch();
                 // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
-                scores_times_kv(dq + qh, ds, k + kh, 1.0f, sh, set.n);
-                scores_t_times_q(dk + kh, ds, q + qh, sh, set.n);
+                s_times_y(dq + qh, ds, k + kh, 1.0f, sh, set.n);
+                st_times_x(dk + kh, ds, q + qh, sh, set.n);
             }
 }
