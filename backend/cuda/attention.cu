@@ -80,6 +80,19 @@ static size_t head_offset(int b, int t_len, int heads, int h, int D) {
     return ((size_t)b * t_len * heads + h) * D;
 }
 
+// f(set, qh, kh) for every head set of a call, in order; qh and kh are the offsets of the set's
+// first head in the query-side (B, Tq, H, D) and key-side (B, Tk, KV, D) tensors
+template <typename F> static void for_each_head_set(int B, Shape sh, F f) {
+    int per_set = heads_per_set(sh);
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < sh.group; hh++)
+            for (int g0 = 0; g0 < sh.KV; g0 += per_set) {
+                HeadSet set = {b, hh, g0, per_set < sh.KV - g0 ? per_set : sh.KV - g0};
+                f(set, head_offset(b, sh.Tq, sh.H, g0 * sh.group + hh, sh.D),
+                  head_offset(b, sh.Tk, sh.KV, g0, sh.D));
+            }
+}
+
 // Forward, per row (i, head gi of the set): the mask, then p = exp(s - lse_block), where lse_block
 // is the log of the row's sum of exp over the keys it sees (-inf when it sees none).
 // grid (Tq, n), ROW_THREADS threads
@@ -143,19 +156,13 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
         (float *)device_scratch(&scores_buf, (size_t)heads_per_set(sh) * Tq * Tk * sizeof(float));
     float *block_lse = (float *)device_scratch(&block_lse_buf, n_lse * sizeof(float));
     float *block_out = (float *)device_scratch(&block_out_buf, n_out * sizeof(float));
-    int per_set = heads_per_set(sh);
-    for (int b = 0; b < B; b++)
-        for (int hh = 0; hh < sh.group; hh++)
-            for (int g0 = 0; g0 < KV; g0 += per_set) {
-                HeadSet set = {b, hh, g0, per_set < KV - g0 ? per_set : KV - g0};
-                size_t qh = head_offset(b, Tq, H, g0 * sh.group + hh, D);
-                size_t kh = head_offset(b, Tk, KV, g0, D);
-                x_times_yt(s, q + qh, k + kh, 1.0f / sqrtf((float)D), sh, set.n);
-                softmax_rows_kernel<<<dim3(Tq, set.n), ROW_THREADS>>>(s, block_lse, q_pos, k_pos,
-                                                                      Tq, Tk, H, set, sh.group);
-                cudaCheckLaunch();
-                s_times_y(block_out + qh, s, v + kh, 0.0f, sh, set.n); // p @ v
-            }
+    for_each_head_set(B, sh, [&](HeadSet set, size_t qh, size_t kh) {
+        x_times_yt(s, q + qh, k + kh, 1.0f / sqrtf((float)D), sh, set.n);
+        softmax_rows_kernel<<<dim3(Tq, set.n), ROW_THREADS>>>(s, block_lse, q_pos, k_pos, Tq, Tk, H,
+                                                              set, sh.group);
+        cudaCheckLaunch();
+        s_times_y(block_out + qh, s, v + kh, 0.0f, sh, set.n); // block_out = p @ v
+    });
     merge_out_kernel<<<blocks_for(n_out, 256), 256>>>(out, lse, block_out, block_lse, Tq, H, D,
                                                       n_out);
     cudaCheckLaunch();
@@ -221,26 +228,20 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
     size_t set_bytes = (size_t)heads_per_set(sh) * Tq * Tk * sizeof(float);
     float *p = (float *)device_scratch(&scores_buf, set_bytes);
     float *ds = (float *)device_scratch(&grads_buf, set_bytes);
-    int per_set = heads_per_set(sh);
-    for (int b = 0; b < B; b++)
-        for (int hh = 0; hh < sh.group; hh++)
-            for (int g0 = 0; g0 < KV; g0 += per_set) {
-                HeadSet set = {b, hh, g0, per_set < KV - g0 ? per_set : KV - g0};
-                size_t qh = head_offset(b, Tq, H, g0 * sh.group + hh, D);
-                size_t kh = head_offset(b, Tk, KV, g0, D);
-                size_t n = (size_t)set.n * Tq * Tk;
-                x_times_yt(p, q + qh, k + kh, scale, sh, set.n);
-                probs_kernel<<<blocks_for(n, 256), 256>>>(p, lse, q_pos, k_pos, Tq, Tk, H, set,
-                                                          sh.group, n);
-                cudaCheckLaunch();
-                // forward: out = p @ v  =>  dv += p^T @ dout, dp = dout @ v^T
-                st_times_x(dv + kh, p, dout + qh, sh, set.n);
-                x_times_yt(ds, dout + qh, v + kh, 1.0f, sh, set.n);
-                softmax_backward_kernel<<<blocks_for(n, 256), 256>>>(ds, p, delta, scale, Tq, Tk, H,
-                                                                     set, sh.group, n);
-                cudaCheckLaunch();
-                // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
-                s_times_y(dq + qh, ds, k + kh, 1.0f, sh, set.n);
-                st_times_x(dk + kh, ds, q + qh, sh, set.n);
-            }
+    for_each_head_set(B, sh, [&](HeadSet set, size_t qh, size_t kh) {
+        size_t n = (size_t)set.n * Tq * Tk;
+        x_times_yt(p, q + qh, k + kh, scale, sh, set.n);
+        probs_kernel<<<blocks_for(n, 256), 256>>>(p, lse, q_pos, k_pos, Tq, Tk, H, set, sh.group,
+                                                  n);
+        cudaCheckLaunch();
+        // forward: out = p @ v  =>  dv += p^T @ dout, dp = dout @ v^T
+        st_times_x(dv + kh, p, dout + qh, sh, set.n);
+        x_times_yt(ds, dout + qh, v + kh, 1.0f, sh, set.n);
+        softmax_backward_kernel<<<blocks_for(n, 256), 256>>>(ds, p, delta, scale, Tq, Tk, H, set,
+                                                             sh.group, n);
+        cudaCheckLaunch();
+        // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
+        s_times_y(dq + qh, ds, k + kh, 1.0f, sh, set.n);
+        st_times_x(dk + kh, ds, q + qh, sh, set.n);
+    });
 }
