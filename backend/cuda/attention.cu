@@ -93,6 +93,11 @@ template <typename F> static void for_each_head_set(int B, Shape sh, F f) {
             }
 }
 
+// element (head gi of the set, query row i) of a (B, H, Tq) tensor: lse, its block's, delta
+__device__ static size_t row_index(HeadSet set, int gi, int i, int H, int group, int Tq) {
+    return ((size_t)set.b * H + (set.g0 + gi) * group + set.hh) * Tq + i;
+}
+
 // Forward, per row (i, head gi of the set): the mask, then p = exp(s - lse_block), where lse_block
 // is the log of the row's sum of exp over the keys it sees (-inf when it sees none).
 // grid (Tq, n), ROW_THREADS threads
@@ -116,8 +121,7 @@ __global__ static void softmax_rows_kernel(float *s, float *block_lse, const int
     float lse = sum > 0.0f ? m + logf(sum) : -INFINITY;
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
         row[j] = lse == -INFINITY ? 0.0f : expf(row[j] - lse);
-    int h = (set.g0 + gi) * group + set.hh;
-    if (threadIdx.x == 0) block_lse[((size_t)set.b * H + h) * Tq + i] = lse;
+    if (threadIdx.x == 0) block_lse[row_index(set, gi, i, H, group, Tq)] = lse;
 }
 
 // merge, per element of out (B, Tq, H, D): out = out * exp(lse - lse_new) + block_out *
@@ -200,7 +204,7 @@ __global__ static void probs_kernel(float *s, const float *lse, const int *q_pos
     size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (idx >= n) return;
     int j = (int)(idx % Tk), i = (int)((idx / Tk) % Tq), gi = (int)(idx / Tk / Tq);
-    float lse_i = lse[((size_t)set.b * H + (set.g0 + gi) * group + set.hh) * Tq + i];
+    float lse_i = lse[row_index(set, gi, i, H, group, Tq)];
     s[idx] = lse_i == -INFINITY || k_pos[j] > q_pos[i] ? 0.0f : expf(s[idx] - lse_i);
 }
 
@@ -211,7 +215,7 @@ __global__ static void softmax_backward_kernel(float *dp, const float *p, const 
     size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (idx >= n) return;
     int i = (int)((idx / Tk) % Tq), gi = (int)(idx / Tk / Tq);
-    float delta_i = delta[((size_t)set.b * H + (set.g0 + gi) * group + set.hh) * Tq + i];
+    float delta_i = delta[row_index(set, gi, i, H, group, Tq)];
     dp[idx] = p[idx] * (dp[idx] - delta_i) * scale;
 }
 

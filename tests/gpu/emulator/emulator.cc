@@ -453,33 +453,14 @@ void __syncwarp(unsigned int mask) {
     warp_barrier_wait(w, "__syncwarp");
 }
 
-uint64_t emu_warp_exchange(unsigned int mask, uint64_t value, int lane, int xor_lane,
-                           const char *what) {
+uint64_t emu_warp_exchange(unsigned int mask, uint64_t value, int lane_mask, const char *what) {
     int w = warp_check(mask, what);
     int me = linear_id() % 32;
     warp_slots[w][me] = value;
     warp_barrier_wait(w, what); // every lane has posted
-    uint64_t got = warp_slots[w][(xor_lane ? me ^ lane : lane) & 31];
+    uint64_t got = warp_slots[w][(me ^ lane_mask) & 31];
     warp_barrier_wait(w, what); // every lane has read before the slots are reused
     return got;
-}
-
-int __all_sync(unsigned int mask, int predicate) {
-    int all = 1;
-    for (int o = 16; o > 0; o >>= 1) {
-        uint64_t other = emu_warp_exchange(mask, (uint64_t)(predicate != 0), o, 1, "__all_sync");
-        predicate = predicate && other;
-    }
-    all = predicate != 0;
-    return all;
-}
-
-int __any_sync(unsigned int mask, int predicate) {
-    for (int o = 16; o > 0; o >>= 1) {
-        uint64_t other = emu_warp_exchange(mask, (uint64_t)(predicate != 0), o, 1, "__any_sync");
-        predicate = predicate || other;
-    }
-    return predicate != 0;
 }
 
 void *emu_dynamic_shared(void) {

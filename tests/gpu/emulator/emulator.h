@@ -12,7 +12,7 @@
 //
 // How a kernel runs: the blocks one after another; inside a block, every CUDA thread is a
 // coroutine with its own stack, and the threads take turns between synchronisation points
-// (__syncthreads, __syncwarp, the warp shuffles and votes), so shared memory and warp exchanges
+// (__syncthreads, __syncwarp, the warp shuffles), so shared memory and warp exchanges
 // behave as the programming model promises and no more. Environment:
 //   PICOTRON_EMU_ORDER=forward|reverse|shuffle   the order threads and blocks take turns in
 //   PICOTRON_EMU_RACECHECK=1   run every launch in two orders on the same inputs and fail if any
@@ -54,25 +54,15 @@ static const int warpSize = 32;
 
 void __syncthreads(void);
 void __syncwarp(unsigned int mask = 0xffffffffu);
-// every lane of the warp posts `value` and gets lane src's (xor: src = own lane ^ lane)
-uint64_t emu_warp_exchange(unsigned int mask, uint64_t value, int lane, int xor_lane,
-                           const char *what);
-int __all_sync(unsigned int mask, int predicate);
-int __any_sync(unsigned int mask, int predicate);
+// every lane of the warp posts `value` and gets that of lane (own lane ^ lane_mask)
+uint64_t emu_warp_exchange(unsigned int mask, uint64_t value, int lane_mask, const char *what);
 void *emu_dynamic_shared(void); // `extern __shared__ T name[]` (rewritten by translate.pl)
 
 template <typename T> static inline T __shfl_xor_sync(unsigned int mask, T v, int lane_mask) {
     static_assert(sizeof(T) <= 8, "a shuffled value is at most 8 bytes");
     uint64_t bits = 0;
     memcpy(&bits, &v, sizeof(T));
-    bits = emu_warp_exchange(mask, bits, lane_mask, 1, "__shfl_xor_sync");
-    memcpy(&v, &bits, sizeof(T));
-    return v;
-}
-template <typename T> static inline T __shfl_sync(unsigned int mask, T v, int src_lane) {
-    uint64_t bits = 0;
-    memcpy(&bits, &v, sizeof(T));
-    bits = emu_warp_exchange(mask, bits, src_lane % 32, 0, "__shfl_sync");
+    bits = emu_warp_exchange(mask, bits, lane_mask, "__shfl_xor_sync");
     memcpy(&v, &bits, sizeof(T));
     return v;
 }
