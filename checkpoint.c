@@ -11,7 +11,7 @@ static void rank_path(char *path, size_t size, const char *dir, int rank) {
     snprintf(path, size, "%s/rank_%05d.bin", dir, rank);
 }
 
-void checkpoint_save(const Model *model, const char *dir, int step) {
+void checkpoint_save(const Model *model, const Optimizer *opt, const char *dir, int step) {
     if (make_dirs(dir) != 0)
         FAIL("set checkpoint.save_dir to a folder you can write", "cannot create %s: %s", dir,
              strerror(errno));
@@ -22,7 +22,7 @@ void checkpoint_save(const Model *model, const char *dir, int step) {
     xfwrite(header, sizeof header, 1, f);
     xfwrite(model->table, sizeof(ParamInfo), model->num_tensors, f);
     float *host = xmalloc(model->num_params * sizeof(float));
-    const float *buffers[3] = {model->params, model->m, model->v};
+    const float *buffers[3] = {model->params, opt->m, opt->v};
     for (int i = 0; i < 3; i++) {
         device_to_host(host, buffers[i], model->num_params * sizeof(float));
         xfwrite(host, sizeof(float), model->num_params, f);
@@ -31,7 +31,7 @@ void checkpoint_save(const Model *model, const char *dir, int step) {
     if (fclose(f) != 0) FAIL("is the disk full?", "cannot write %s", path);
 }
 
-int checkpoint_load(Model *model, const char *dir) {
+int checkpoint_load(Model *model, Optimizer *opt, const char *dir) {
     char path[1024];
     rank_path(path, sizeof path, dir, model->pgm->global_rank);
     FILE *f = fopen(path, "rb");
@@ -52,7 +52,7 @@ int checkpoint_load(Model *model, const char *dir) {
                        "dp/tp/pp/cp sizes)",
                        path, table[i].name, model->table[i].name);
     float *host = xmalloc(model->num_params * sizeof(float));
-    float *buffers[3] = {model->params, model->m, model->v};
+    float *buffers[3] = {model->params, opt->m, opt->v};
     for (int i = 0; i < 3; i++) {
         xfread(host, sizeof(float), model->num_params, f);
         host_to_device(buffers[i], host, model->num_params * sizeof(float));
@@ -60,6 +60,7 @@ int checkpoint_load(Model *model, const char *dir) {
     free(host);
     free(table);
     fclose(f);
+    opt->step = (int)header[2]; // AdamW's bias correction goes on from where it stopped
     return (int)header[2];
 }
 

@@ -361,7 +361,7 @@ static int one_of(const char *value, const char *a, const char *b) {
     return strcmp(value, a) == 0 || strcmp(value, b) == 0;
 }
 
-void config_validate(const Config *c, int world_size) {
+void config_validate(const Config *c) {
 #ifdef PICOTRON_GPU
     CHECK(!c->use_cpu, "distributed.use_cpu is true but this is the GPU build; run `make` for the "
                        "CPU build, or set distributed.use_cpu to false");
@@ -468,12 +468,6 @@ void config_validate(const Config *c, int world_size) {
     CHECK(c->save_frequency == 0 || c->save_dir[0] != '\0',
           "checkpoint.save_frequency = %d but checkpoint.save_dir is empty (name a folder)",
           c->save_frequency);
-
-    long ranks = (long)c->tp_size * cp * c->pp_size * c->dp_size;
-    CHECK(ranks == world_size,
-          "tp_size*cp_size*pp_size*dp_size = %ld but mpirun started %d rank%s "
-          "(use mpirun -np %ld)",
-          ranks, world_size, world_size == 1 ? "" : "s", ranks);
 }
 
 // ---------------------------------------------------------------------------------------------

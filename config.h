@@ -46,7 +46,8 @@ typedef struct {
 // Reads and validates path; every problem is one line naming the key, then exit(1).
 void config_load(Config *cfg, const char *path);
 void config_defaults(Config *cfg); // picotron's defaults, the tiny model
-void config_validate(const Config *cfg, int world_size);
+// the sizes and combinations a run needs; the world size is process_group_manager_init's to check
+void config_validate(const Config *cfg);
 // Writes cfg as a complete config.json (create_config uses it); 0 on success
 int config_save(const Config *cfg, const char *path);
 // Built-in architectures with Hugging Face's numbers (picotron-tiny, SmolLM-135M, ...), matched by

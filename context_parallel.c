@@ -29,16 +29,6 @@ void context_parallel_positions(int *pos, int cp_rank, int cp, int S, int zigzag
     }
 }
 
-void context_parallel_split(int *out, const int *full, int B, int S, int cp_rank, int cp,
-                            int zigzag) {
-    int T = S / cp;
-    int *pos = xmalloc(T * sizeof(int));
-    context_parallel_positions(pos, cp_rank, cp, S, zigzag);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) out[b * T + t] = full[b * S + pos[t]];
-    free(pos);
-}
-
 void ring_attention_init(RingAttention *ra, Group *cp, int B, int S, int H, int KV, int D,
                          int zigzag) {
     int T = S / cp->size;

@@ -13,11 +13,9 @@ typedef struct {
     long blocks_computed; // attention blocks run (skipped ones are not counted)
 } RingAttention;
 
-// pos (T) = the global positions rank cp_rank holds of a sequence of S tokens
+// pos (T = S/cp) = the global positions rank cp_rank holds of a sequence of S tokens: the
+// loader picks these tokens, the model rotates them by these positions
 void context_parallel_positions(int *pos, int cp_rank, int cp, int S, int zigzag);
-// out (B, S/cp) = the tokens of full (B, S) that rank cp_rank holds
-void context_parallel_split(int *out, const int *full, int B, int S, int cp_rank, int cp,
-                            int zigzag);
 
 void ring_attention_init(RingAttention *ra, Group *cp, int B, int S, int H, int KV, int D,
                          int zigzag);

@@ -295,7 +295,7 @@ int main(int argc, char **argv) {
     apply_flags(&cfg);
     for (int i = 0; i < NUM_FLAGS; i++)
         if (flags[i].value && flags[i].type >= A_NOTE) printf("note: %s\n", flags[i].help);
-    config_validate(&cfg, cfg.dp_size * cfg.tp_size * cfg.pp_size * cfg.cp_size);
+    config_validate(&cfg);
 
     struct stat st;
     if (stat(run_path, &st) == 0 && !flag_value("overwrite"))

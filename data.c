@@ -5,8 +5,6 @@
 // without shuffling: the data a rank reads follows from (step, micro-batch, dp rank) alone, which
 // makes every layout read exactly the same global batch.
 #include "data.h"
-#include "context_parallel.h"
-#include "model.h"
 #include "utils.h"
 #include <errno.h>
 #include <string.h>
@@ -181,22 +179,40 @@ void tokens_write(const char *path, const int *tokens, long n) {
     free(body);
 }
 
-// the micro-batch `micro` of step `step` for this rank: its dp samples, its cp tokens
-void load_micro_batch(struct Model *model, int slot, const Dataset *ds, int step, int micro) {
-    const Config *c = &model->cfg;
-    ProcessGroupManager *pgm = model->pgm;
-    int B = c->micro_batch_size, S = c->seq_length;
-    int *inputs = xmalloc((size_t)B * S * sizeof(int)),
-        *targets = xmalloc((size_t)B * S * sizeof(int));
-    int *mine = xmalloc((size_t)B * S * sizeof(int)),
-        *mine_t = xmalloc((size_t)B * S * sizeof(int));
-    dataset_get_batch(inputs, targets, ds, step, micro, c->gradient_accumulation_steps, B, S,
-                      pgm->dp_rank, pgm->dp_size, c->num_samples);
-    context_parallel_split(mine, inputs, B, S, pgm->cp_rank, pgm->cp_size, c->cp_zigzag);
-    context_parallel_split(mine_t, targets, B, S, pgm->cp_rank, pgm->cp_size, c->cp_zigzag);
-    model_set_batch(model, slot, mine, mine_t);
-    free(inputs);
-    free(targets);
-    free(mine);
-    free(mine_t);
+void micro_batch_loader_init(MicroBatchDataLoader *loader, const Dataset *ds, const Config *cfg,
+                             int dp_rank, int dp_size, const int *positions, int T) {
+    size_t B = cfg->micro_batch_size, S = cfg->seq_length;
+    *loader = (MicroBatchDataLoader){.ds = ds,
+                                     .micro_batch_size = cfg->micro_batch_size,
+                                     .seq_length = cfg->seq_length,
+                                     .grad_acc = cfg->gradient_accumulation_steps,
+                                     .dp_rank = dp_rank,
+                                     .dp_size = dp_size,
+                                     .num_samples = cfg->num_samples,
+                                     .positions = positions,
+                                     .T = T,
+                                     .input_ids = xmalloc(B * T * sizeof(int)),
+                                     .target_ids = xmalloc(B * T * sizeof(int)),
+                                     .window_inputs = xmalloc(B * S * sizeof(int)),
+                                     .window_targets = xmalloc(B * S * sizeof(int))};
+}
+
+void micro_batch_loader_free(MicroBatchDataLoader *loader) {
+    free(loader->input_ids);
+    free(loader->target_ids);
+    free(loader->window_inputs);
+    free(loader->window_targets);
+}
+
+// the dp rank's sequences of the global batch, then the cp rank's positions of each
+void load_micro_batch(MicroBatchDataLoader *loader, int step, int micro) {
+    int B = loader->micro_batch_size, S = loader->seq_length, T = loader->T;
+    dataset_get_batch(loader->window_inputs, loader->window_targets, loader->ds, step, micro,
+                      loader->grad_acc, B, S, loader->dp_rank, loader->dp_size,
+                      loader->num_samples);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            loader->input_ids[b * T + t] = loader->window_inputs[b * S + loader->positions[t]];
+            loader->target_ids[b * T + t] = loader->window_targets[b * S + loader->positions[t]];
+        }
 }

@@ -3,6 +3,7 @@
 // (DistributedSampler without shuffling), so the data position follows from the step alone.
 #pragma once
 #include <stdint.h>
+#include "config.h"
 
 typedef struct {
     int *tokens; // the whole corpus, every rank holds it (small corpora; mmap later)
@@ -27,7 +28,22 @@ void dataset_get_batch(int *inputs, int *targets, const Dataset *ds, int step, i
 // writes tokens as a ".tok" file (width 2 bytes when every token < 65536, else 4)
 void tokens_write(const char *path, const int *tokens, long n);
 
-// The micro-batch `micro` of step `step` for this rank (its dp samples, its cp tokens), uploaded
-// into the model's activation slot: picotron's MicroBatchDataLoader.
-struct Model;
-void load_micro_batch(struct Model *model, int slot, const Dataset *ds, int step, int micro);
+// picotron's MicroBatchDataLoader: this rank's tokens and targets for (step, micro-batch), its
+// dp share of the global batch and its cp share of each sequence. It returns tokens; what reads
+// them is the step code's business.
+typedef struct {
+    const Dataset *ds;
+    int micro_batch_size, seq_length, grad_acc, dp_rank, dp_size;
+    long num_samples;
+    const int *positions; // (T): the positions of each sequence this cp rank holds
+    int T;
+    int *input_ids, *target_ids;         // (B, T): the micro-batch of the last load_micro_batch
+    int *window_inputs, *window_targets; // (B, seq_length): the whole sequences it comes from
+} MicroBatchDataLoader;
+
+// positions: context_parallel_positions() of this rank, kept (not copied) by the loader
+void micro_batch_loader_init(MicroBatchDataLoader *loader, const Dataset *ds, const Config *cfg,
+                             int dp_rank, int dp_size, const int *positions, int T);
+void micro_batch_loader_free(MicroBatchDataLoader *loader);
+// fills loader->input_ids and loader->target_ids with micro-batch `micro` of step `step`
+void load_micro_batch(MicroBatchDataLoader *loader, int step, int micro);

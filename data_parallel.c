@@ -3,18 +3,19 @@
 // Every cp*dp replica holds the same parameters and sees different tokens, so averaging the
 // gradients over the replicas gives the gradient of the mean loss over all their tokens.
 // The flat gradient buffer is cut into buckets (25 MB by default). Backward tells us as each
-// layer's gradients become final (model->on_grads_ready); a bucket whose gradients are all
-// final starts its non-blocking all-reduce at once, so communication travels while earlier
-// layers are still in backward. The optimizer waits for all buckets.
-// While micro-batches are accumulated, require_backward_grad_sync is 0 and nothing is sent:
-// gradients add up locally and one all-reduce per bucket serves the whole step.
+// layer's gradients become final (the model's on_grads_ready calls data_parallel_grads_ready); a
+// bucket whose gradients are all final starts its non-blocking all-reduce at once, so communication
+// travels while earlier layers are still in backward. The optimizer waits for all buckets. While
+// micro-batches are accumulated, require_backward_grad_sync is 0 and nothing is sent: gradients add
+// up locally and one all-reduce per bucket serves the whole step.
 #include "data_parallel.h"
 #include "utils.h"
 
 // picotron's mark_param_as_ready, for a range of the flat gradient buffer
-static void bucket_grads_ready(void *ctx, size_t offset, size_t count) {
+void data_parallel_grads_ready(void *ctx, size_t offset, size_t count) {
     DataParallel *dp = ctx;
-    if (!dp->require_backward_grad_sync) return;
+    // one replica: nothing to average
+    if (!dp->require_backward_grad_sync || dp->group->size == 1) return;
     // give MPI a turn: on the CPU an all-reduce in flight advances only inside MPI calls
     for (int b = 0; b < dp->num_buckets; b++)
         if (dp->in_flight[b]) comm_test(&dp->handles[b]);
@@ -25,19 +26,22 @@ static void bucket_grads_ready(void *ctx, size_t offset, size_t count) {
         if (first >= end) continue;
         dp->ready[b] += end - first;
         if (dp->ready[b] == dp->size[b]) {
-            dp->handles[b] =
-                all_reduce_start(dp->model->grads + lo, dp->size[b], REDUCE_AVG, dp->group);
+            dp->handles[b] = all_reduce_start(dp->grads + lo, dp->size[b], REDUCE_AVG, dp->group);
             dp->in_flight[b] = 1;
             if (dp->grads_pending > 0) dp->started_during_backward++;
         }
     }
 }
 
-void data_parallel_init(DataParallel *dp, Model *model, Group *group, int bucket_size_mb) {
-    size_t n = model->num_params;
+void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group *group,
+                        int bucket_size_mb) {
+    size_t n = num_params;
     size_t bucket = (size_t)bucket_size_mb * 1024 * 1024 / sizeof(float);
-    *dp = (DataParallel){
-        .model = model, .group = group, .require_backward_grad_sync = 1, .grads_pending = n};
+    *dp = (DataParallel){.grads = grads,
+                         .num_params = n,
+                         .group = group,
+                         .require_backward_grad_sync = 1,
+                         .grads_pending = n};
     dp->num_buckets = (int)((n + bucket - 1) / bucket);
     dp->start = xmalloc(dp->num_buckets * sizeof(size_t));
     dp->size = xmalloc(dp->num_buckets * sizeof(size_t));
@@ -48,11 +52,6 @@ void data_parallel_init(DataParallel *dp, Model *model, Group *group, int bucket
         dp->start[b] = b * bucket;
         dp->size[b] = b * bucket + bucket <= n ? bucket : n - b * bucket;
     }
-    // one replica: nothing to average
-    if (group->size > 1) {
-        model->on_grads_ready = bucket_grads_ready;
-        model->hook_ctx = dp;
-    }
 }
 
 void data_parallel_wait(DataParallel *dp) {
@@ -60,12 +59,12 @@ void data_parallel_wait(DataParallel *dp) {
         if (dp->in_flight[b])
             comm_wait(&dp->handles[b]);
         else if (dp->group->size > 1)
-            FAIL("every parameter's gradient must be reported by model_backward",
+            FAIL("every parameter's gradient must be reported by the backward hook",
                  "bucket %d of %d never became ready", b, dp->num_buckets);
         dp->in_flight[b] = 0;
         dp->ready[b] = 0;
     }
-    dp->grads_pending = dp->model->num_params;
+    dp->grads_pending = dp->num_params;
 }
 
 void data_parallel_free(DataParallel *dp) {

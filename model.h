@@ -1,5 +1,10 @@
 // The Llama model of this rank: its parameter table and the forward and backward of its
-// pipeline stage, sharded over tensor parallelism and the context-parallel sequence split.
+// pipeline stage. The model decides nothing about the layout: tensor_parallel.c says which part of
+// each tensor this rank holds, pipeline_parallel.c which layers, context_parallel.c which
+// positions of the sequence; train.c hands their answers to model_init.
+// Size letters: B batch, T tokens this rank holds (seq/cp), C hidden, D head dim, H and KV this tp
+// rank's query and kv heads, I its intermediate features, V its vocabulary rows, L this stage's
+// layers, N = B*T. Functions take outputs first, then inputs, then sizes.
 #pragma once
 #include <stddef.h>
 #include "config.h"
@@ -16,67 +21,106 @@ enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
 typedef struct {
     char name[96];
     int rows, cols, row0, col0, global_rows, global_cols;
-    size_t offset; // into params / grads / m / v, in floats
+    size_t offset; // into params and grads, in floats
     int init_kind; // init_tensor's kinds: UNIFORM, NORMAL, CONSTANT
     float init_bound;
     int replicated_tp; // the same on every tp rank (norms): counted once in norms
 } ParamInfo;
 
-// pointers into the flat buffers for one decoder layer
+// The part of the network one pipeline stage runs (pipeline_parallel.c decides it)
+typedef struct {
+    int layer0, num_layers; // global index of its first decoder layer, and how many
+    int has_embedding;      // the first stage embeds the tokens
+    int has_head;           // the last holds the final norm, the head and the loss
+} PipelineStage;
+
+// What the parallel files decided for this rank, handed to model_init by train.c
+typedef struct {
+    TensorParallelSizes tp; // tensor_parallel_sizes(): heads, features and vocabulary held
+    PipelineStage stage;    // pipeline_stage(): layers, embedding, head
+    const int *positions;   // context_parallel_positions(): (T) global positions of the tokens
+} ModelShard;
+
+// A decoder layer is an attention pair and an MLP pair, each with its pre-norm and residual add;
+// a mixture-of-experts MLP replaces the MLP pair alone.
 typedef struct {
     float *input_layernorm, *q_proj, *k_proj, *v_proj, *o_proj;
+} AttentionWeights;
+typedef struct {
     float *post_attention_layernorm, *gate_proj, *up_proj, *down_proj;
+} MlpWeights;
+typedef struct {
+    AttentionWeights self_attn;
+    MlpWeights mlp;
 } LayerWeights;
 
-// what one micro-batch in flight keeps for its backward (one slot each)
+// this stage's tensors, as pointers into one flat buffer (the parameters, or their gradients)
 typedef struct {
-    int *tokens, *targets;  // (N) on the device
-    float *resid;           // (L+1, N, C): input of each layer, then the stage output
-    float *resid_mid;       // (L, N, C): after attention's residual add
-    float *ln1, *ln2;       // (L, N, C)
-    float *rstd1, *rstd2;   // (L, N)
-    float *q, *att;         // (L, N, H*D)
-    float *kv;              // (L, 2, N, KV*D): k then v, as the context ring sends them
-    float *lse;             // (L, B, Hl, T)
-    float *gate, *up, *act; // (L, N, Il)
-    float *lnf, *rstdf;     // (N, C), (N): final norm (last stage)
-    float *dlogits;         // (N, V): gradient of the loss, computed with the forward
-    float loss;             // mean over this rank's tokens of the micro-batch
+    float *embed_tokens;   // (V, C) first stage, and last stage when tied
+    LayerWeights *layers;  // (L)
+    float *norm, *lm_head; // (C), (V, C) last stage; lm_head == embed_tokens when tied
+} ModelWeights;
+
+// What one decoder layer saves for its backward, each tensor (N, width); the gradients the
+// backward computes have the same names and shapes. model_memory.c lays both out from one table.
+typedef struct {
+    float *ln1, *rstd1; // (N, C), (N): input_layernorm's output and 1/rms
+    float *q, *k, *v;   // (N, H*D), (N, KV*D) x2: k then v, one block as the context ring sends it
+    float *att, *lse;   // (N, H*D), (B, H, T): attention's output and log-sum-exp
+} AttentionActivations;
+typedef struct {
+    float *ln2, *rstd2;     // (N, C), (N): post_attention_layernorm's output and 1/rms
+    float *gate, *up, *act; // (N, I): act = silu(gate) * up
+} MlpActivations;
+typedef struct {
+    AttentionActivations self_attn;
+    float *mid; // (N, C): the residual stream between attention and MLP
+    MlpActivations mlp;
+} LayerActivations;
+
+// one micro-batch in flight (one slot each)
+typedef struct {
+    int *tokens, *targets;    // (N) on the device
+    float *resid;             // (L+1, N, C): input of each layer, then the stage output
+    LayerActivations *layers; // (L): pointers into `memory`
+    float *lnf, *rstdf;       // (N, C), (N): final norm (last stage)
+    float *dlogits;           // (N, V): gradient of the loss, computed with the forward
+    float loss;               // mean over this rank's tokens of the micro-batch
+    float *memory;            // the slot's one device allocation
 } Activations;
 
 typedef struct Model {
     Config cfg;
     ProcessGroupManager *pgm;
-    // sizes this rank holds (STYLE.md letters)
-    int B, T, C, H, KV, D, I, V, L; // H, KV, I, V: this tp rank's share; T = seq / cp
-    int layer0;                     // global index of this stage's first layer
-    int vocab_start;                // first vocab row of this tp rank
-    int first_stage, last_stage;
-    // flat buffers (device) and their table
+    PipelineStage stage;
+    int B, T, C, D, H, KV, I, V, L; // this rank's sizes, read from the shard once, in model_init
+    int vocab_start;                // first vocabulary row of this tp rank
+    // flat buffers (device) and the table that names their ranges
     ParamInfo table[MAX_PARAMS];
     int num_tensors;
     size_t num_params;
-    float *params, *grads, *m, *v;
-    LayerWeights *layers;       // (L), pointers into params
-    float *embed;               // (V, C) first stage, and last stage when tied
-    float *norm, *lm_head;      // last stage; lm_head == embed when tied
+    float *params, *grads;
+    ModelWeights w, dw;         // the same table over params and over grads
     float *rope_cos, *rope_sin; // (T, D/2) at the global positions of this rank's tokens
     // activations
     Activations *slots; // (num_slots)
     int num_slots, slots_in_use, peak_slots_in_use;
-    // buffers shared by all slots: one micro-batch runs at a time
-    float *dresid;                      // (N, C): gradient flowing down the residual stream
-    float *dln, *dq, *datt, *dkv;       // (N, C), (N, H*D) x2, (2, N, KV*D)
-    float *dgate, *dup, *dact, *logits; // (N, I) x3, (N, V)
+    // the backward's buffers, shared by all slots: one micro-batch runs at a time
+    LayerActivations d; // one layer's gradients, pointers into d_memory
+    float *d_memory;
+    float *dresid; // (N, C): the residual stream's gradient when the caller wants none back
+    float *logits; // (N, V)
     VocabParallelLossBuffers loss_buffers;
-    float *scalar; // (1): a one-float all-reduce's buffer
+    float *scalar; // (1): a device float for one-float all-reduces (the step's loss, the grad norm)
     RingAttention ring;
-    // data-parallel hook: called as each layer's gradients are final (NULL: none)
+    // data parallelism's backward hook (picotron's register_backward_hook): called as the
+    // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *hook_ctx;
 } Model;
 
-void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, int num_slots);
+void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const ModelShard *shard,
+                int num_slots);
 // model_memory.c: activation slots and backward buffers; cos/sin (T, D/2) at these positions
 void model_alloc_buffers(Model *model, int num_slots);
 void model_rope_tables(Model *model, const int *positions);
@@ -85,12 +129,14 @@ const ParamInfo *model_find_param(const Model *model, const char *name);
 
 // tokens/targets: (B, T) host arrays of this rank's tokens (already split over cp)
 void model_set_batch(Model *model, int slot, const int *tokens, const int *targets);
-// First stage embeds the slot's tokens; other stages read stage_input(slot), filled by the
+// First stage embeds the slot's tokens; other stages read model_stage_input(slot), filled by the
 // pipeline. The last stage computes the loss (returned, also in the slot) and dlogits, scaled by
 // loss_scale (1 / (tokens of this rank's micro-batch * grad_acc)).
 float model_forward(Model *model, int slot, float loss_scale);
-// Last stage starts from the slot's dlogits; other stages from stage_output_grad(), filled by the
-// pipeline. Leaves the gradient of the stage input in model->dresid.
-void model_backward(Model *model, int slot);
+// The stage's backward, picotron's output_tensor_grad in and input_tensor_grad out:
+// output_grad (N, C) is the gradient of the stage output (NULL on the last stage: the loss gives
+// it); input_grad (N, C) receives the gradient of the stage input (NULL: not wanted, as on the
+// first stage, whose input is the tokens).
+void model_backward(Model *model, float *input_grad, const float *output_grad, int slot);
 float *model_stage_input(Model *model, int slot);  // (N, C) resid[0]
 float *model_stage_output(Model *model, int slot); // (N, C) resid[L]

@@ -1,35 +1,58 @@
 // Where one rank's model keeps its tensors: the activation slots of the micro-batches in
 // flight, the buffers the backward shares between them, and the RoPE tables.
 #include <math.h>
+#include <stddef.h>
 #include "backend/backend.h"
 #include "model.h"
 #include "utils.h"
 
+// Every tensor a decoder layer saves for its backward: where its pointer lives in
+// LayerActivations, and its floats per token. This one table lays out each slot's layers and the
+// backward's gradient buffers; a new saved tensor is one field and one row.
+typedef struct {
+    size_t field; // offsetof(LayerActivations, ...)
+    size_t width; // floats per token
+} SavedTensor;
+
+// floats one layer saves; with `base`, also points s's fields at consecutive ranges of it
+static size_t layer_activations_layout(LayerActivations *s, float *base, const Model *m) {
+    size_t C = m->C, HD = (size_t)m->H * m->D, KVD = (size_t)m->KV * m->D, I = m->I;
+#define ROW(f, w)                                                                                  \
+    { offsetof(LayerActivations, f), (w) }
+    const SavedTensor table[] = {
+        ROW(self_attn.ln1, C),  ROW(self_attn.rstd1, 1),  ROW(self_attn.q, HD),
+        ROW(self_attn.k, KVD),  ROW(self_attn.v, KVD), // v right after k: one block for the ring
+        ROW(self_attn.att, HD), ROW(self_attn.lse, m->H), ROW(mid, C),
+        ROW(mlp.ln2, C),        ROW(mlp.rstd2, 1),        ROW(mlp.gate, I),
+        ROW(mlp.up, I),         ROW(mlp.act, I)};
+#undef ROW
+    size_t N = (size_t)m->B * m->T, used = 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (base) *(float **)((char *)s + table[i].field) = base + used;
+        used += N * table[i].width;
+    }
+    return used;
+}
+
+// A slot is one allocation: resid (L+1, N, C), then each layer's saved tensors, then the last
+// stage's final norm and dlogits.
 static void alloc_activations(Model *model, Activations *a) {
-    size_t N = (size_t)model->B * model->T, L = model->L, C = model->C, HD = model->H * model->D,
-           KVD = model->KV * model->D;
+    size_t N = (size_t)model->B * model->T, L = model->L, C = model->C;
+    size_t per_layer = layer_activations_layout(NULL, NULL, model);
+    size_t head = model->stage.has_head ? N * C + N + N * model->V : 0;
+    a->memory = device_malloc(((L + 1) * N * C + L * per_layer + head) * sizeof(float));
     a->tokens = device_malloc(N * sizeof(int));
     a->targets = device_malloc(N * sizeof(int));
-#define ALLOC(field, count) a->field = device_malloc((count) * sizeof(float))
-    ALLOC(resid, (L + 1) * N * C);
-    ALLOC(resid_mid, L * N * C);
-    ALLOC(ln1, L * N * C);
-    ALLOC(ln2, L * N * C);
-    ALLOC(rstd1, L * N);
-    ALLOC(rstd2, L * N);
-    ALLOC(q, L * N * HD);
-    ALLOC(kv, L * 2 * N * KVD);
-    ALLOC(att, L * N * HD);
-    ALLOC(lse, L * N * model->H);
-    ALLOC(gate, L * N * model->I);
-    ALLOC(up, L * N * model->I);
-    ALLOC(act, L * N * model->I);
-    if (model->last_stage) {
-        ALLOC(lnf, N * C);
-        ALLOC(rstdf, N);
-        ALLOC(dlogits, N * model->V);
+    a->layers = xmalloc((L ? L : 1) * sizeof(LayerActivations));
+    float *p = a->memory;
+    a->resid = p;
+    p += (L + 1) * N * C;
+    for (size_t l = 0; l < L; l++) p += layer_activations_layout(&a->layers[l], p, model);
+    if (model->stage.has_head) {
+        a->lnf = p;
+        a->rstdf = p + N * C;
+        a->dlogits = p + N * C + N;
     }
-#undef ALLOC
 }
 
 // Hugging Face Llama's rotary tables, in float as transformers computes them:
@@ -58,16 +81,12 @@ void model_alloc_buffers(Model *model, int num_slots) {
     model->slots = xmalloc(num_slots * sizeof(Activations));
     for (int s = 0; s < num_slots; s++) alloc_activations(model, &model->slots[s]);
 
-    size_t N = (size_t)model->B * model->T, HD = model->H * model->D;
+    // the backward's gradients: one layer's worth, laid out as a layer's saved tensors
+    size_t N = (size_t)model->B * model->T;
+    model->d_memory = device_malloc(layer_activations_layout(NULL, NULL, model) * sizeof(float));
+    layer_activations_layout(&model->d, model->d_memory, model);
     model->dresid = device_malloc(N * model->C * sizeof(float));
-    model->dln = device_malloc(N * model->C * sizeof(float));
-    model->dq = device_malloc(N * HD * sizeof(float));
-    model->datt = device_malloc(N * HD * sizeof(float));
-    model->dkv = device_malloc(2 * N * model->KV * model->D * sizeof(float));
-    model->dgate = device_malloc(N * model->I * sizeof(float));
-    model->dup = device_malloc(N * model->I * sizeof(float));
-    model->dact = device_malloc(N * model->I * sizeof(float));
-    if (model->last_stage) {
+    if (model->stage.has_head) {
         model->logits = device_malloc(N * model->V * sizeof(float));
         VocabParallelLossBuffers *lb = &model->loss_buffers;
         lb->maxes = device_malloc(N * sizeof(float));
@@ -78,32 +97,20 @@ void model_alloc_buffers(Model *model, int num_slots) {
     model->scalar = device_malloc(sizeof(float));
 }
 
-static void free_activations(Activations *a) {
-    float *buffers[] = {a->resid, a->resid_mid, a->ln1,   a->ln2,    a->rstd1, a->rstd2,
-                        a->q,     a->kv,        a->att,   a->lse,    a->gate,  a->up,
-                        a->act,   a->lnf,       a->rstdf, a->dlogits};
-    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
-        if (buffers[i]) device_free(buffers[i]);
-    device_free(a->tokens);
-    device_free(a->targets);
-}
-
 void model_free(Model *model) {
-    for (int s = 0; s < model->num_slots; s++) free_activations(&model->slots[s]);
+    for (int s = 0; s < model->num_slots; s++) {
+        Activations *a = &model->slots[s];
+        device_free(a->memory);
+        device_free(a->tokens);
+        device_free(a->targets);
+        free(a->layers);
+    }
     float *buffers[] = {model->params,
                         model->grads,
-                        model->m,
-                        model->v,
                         model->rope_cos,
                         model->rope_sin,
+                        model->d_memory,
                         model->dresid,
-                        model->dln,
-                        model->dq,
-                        model->datt,
-                        model->dkv,
-                        model->dgate,
-                        model->dup,
-                        model->dact,
                         model->logits,
                         model->loss_buffers.maxes,
                         model->loss_buffers.stats,
@@ -113,7 +120,8 @@ void model_free(Model *model) {
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) device_free(buffers[i]);
     ring_attention_free(&model->ring);
-    free(model->layers);
+    free(model->w.layers);
+    free(model->dw.layers);
     free(model->slots);
 }
 

@@ -23,8 +23,8 @@ float clip_grad_norm(Model *model) {
         // norms are replicated over tp; the tied embedding's copy on the last stage repeats the
         // first stage's: count each parameter once
         if (p->replicated_tp && pgm->tp_rank != 0) continue;
-        if (model->cfg.tie_word_embeddings && !model->first_stage &&
-            p->offset == (size_t)(model->embed - model->params))
+        if (model->cfg.tie_word_embeddings && !model->stage.has_embedding &&
+            model->grads + p->offset == model->dw.embed_tokens)
             continue;
         sum_squares(sum, model->grads + p->offset, (size_t)p->rows * p->cols);
     }
@@ -38,8 +38,23 @@ float clip_grad_norm(Model *model) {
     return norm;
 }
 
-void optimizer_step(Model *model, float lr, int step) {
-    const Config *c = &model->cfg;
-    adamw_update(model->params, model->grads, model->m, model->v, model->num_params, lr,
-                 c->adam_beta1, c->adam_beta2, c->adam_eps, c->weight_decay, step);
+void optimizer_init(Optimizer *opt, const Config *cfg, size_t num_params) {
+    *opt = (Optimizer){.m = device_malloc(num_params * sizeof(float)),
+                       .v = device_malloc(num_params * sizeof(float)),
+                       .num_params = num_params,
+                       .beta1 = cfg->adam_beta1,
+                       .beta2 = cfg->adam_beta2,
+                       .eps = cfg->adam_eps,
+                       .weight_decay = cfg->weight_decay};
+}
+
+void optimizer_free(Optimizer *opt) {
+    device_free(opt->m);
+    device_free(opt->v);
+}
+
+void optimizer_step(Optimizer *opt, float *params, const float *grads, float lr) {
+    opt->step++;
+    adamw_update(params, grads, opt->m, opt->v, opt->num_params, lr, opt->beta1, opt->beta2,
+                 opt->eps, opt->weight_decay, opt->step);
 }

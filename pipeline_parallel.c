@@ -1,9 +1,11 @@
 // Pipeline parallelism, as picotron's pipeline_parallel.py.
 //
-// The layers are split into pp stages (the first L mod pp stages take one more); the first stage
-// also embeds the tokens, the last holds the final norm, the head and the loss. Micro-batches
-// flow through: each stage receives activations [mbs, seq/cp, hidden] from the stage before,
-// runs its layers and sends the result on; the backward sends gradients of the same shape back.
+// The layers are split into pp stages (pipeline_stage: the first L mod pp stages take one more);
+// the first stage also embeds the tokens, the last holds the final norm, the head and the loss.
+// Micro-batches flow through: each stage receives activations [mbs, seq/cp, hidden] from the
+// stage before, runs its layers and sends the result on; the backward receives the gradient of
+// its output (output_tensor_grad), runs model_backward and sends the gradient of its input
+// (input_tensor_grad) back, as picotron's pipeline_communicate does.
 // Two schedules:
 //   AFAB (all forward, all backward; GPipe, Huang et al. 2019): every micro-batch's activations
 //     are kept until the backward starts, so a stage holds grad_acc slots.
@@ -17,10 +19,13 @@
 #include "backend/backend.h"
 #include "utils.h"
 
-void distribute_layers(int *layer0, int *count, int num_layers, int pp, int stage) {
+PipelineStage pipeline_stage(int num_layers, const ProcessGroupManager *pgm) {
+    int pp = pgm->pp_size, stage = pgm->pp_rank;
     int base = num_layers / pp, extra = num_layers % pp;
-    *count = base + (stage < extra);
-    *layer0 = stage * base + (stage < extra ? stage : extra);
+    return (PipelineStage){.layer0 = stage * base + (stage < extra ? stage : extra),
+                           .num_layers = base + (stage < extra),
+                           .has_embedding = pgm->pp_is_first,
+                           .has_head = pgm->pp_is_last};
 }
 
 int pipeline_num_slots(const Config *cfg, int stage) {
@@ -31,115 +36,138 @@ int pipeline_num_slots(const Config *cfg, int stage) {
     return in_flight < grad_acc ? in_flight : grad_acc;
 }
 
-static size_t activation_size(const Model *model) {
-    return (size_t)model->B * model->T * model->C;
+void pipeline_parallel_init(PipelineParallel *pipe, Model *model, DataParallel *dp,
+                            MicroBatchDataLoader *loader, ProcessGroupManager *pgm) {
+    size_t bytes = (size_t)model->B * model->T * model->C * sizeof(float);
+    *pipe = (PipelineParallel){.model = model,
+                               .dp = dp,
+                               .loader = loader,
+                               .pgm = pgm,
+                               .input_tensor_grad = device_malloc(bytes),
+                               .output_tensor_grad = device_malloc(bytes)};
 }
 
-// picotron's pipeline_communicate: the four directions and the two combined exchanges
-static void recv_forward(Model *model, int slot) {
-    if (!model->first_stage)
-        recv(model_stage_input(model, slot), activation_size(model), model->pgm->pp_prev,
-             &model->pgm->pp);
+void pipeline_parallel_free(PipelineParallel *pipe) {
+    device_free(pipe->input_tensor_grad);
+    device_free(pipe->output_tensor_grad);
 }
 
-static void send_forward(Model *model, int slot) {
-    if (!model->last_stage)
-        send(model_stage_output(model, slot), activation_size(model), model->pgm->pp_next,
-             &model->pgm->pp);
+static size_t activation_size(const PipelineParallel *pipe) {
+    return (size_t)pipe->model->B * pipe->model->T * pipe->model->C;
 }
 
-static void recv_backward(Model *model) {
-    if (!model->last_stage)
-        recv(model->dresid, activation_size(model), model->pgm->pp_next, &model->pgm->pp);
+// picotron's pipeline_communicate: the four directions and the two combined exchanges. The first
+// stage has no previous stage and the last no next one: there they do nothing.
+static void recv_forward(PipelineParallel *pipe, int slot) {
+    if (!pipe->pgm->pp_is_first)
+        recv(model_stage_input(pipe->model, slot), activation_size(pipe), pipe->pgm->pp_prev,
+             &pipe->pgm->pp);
 }
 
-static void send_backward(Model *model) {
-    if (!model->first_stage)
-        send(model->dresid, activation_size(model), model->pgm->pp_prev, &model->pgm->pp);
+static void send_forward(PipelineParallel *pipe, int slot) {
+    if (!pipe->pgm->pp_is_last)
+        send(model_stage_output(pipe->model, slot), activation_size(pipe), pipe->pgm->pp_next,
+             &pipe->pgm->pp);
 }
 
-// the last stage has no next stage: nothing to send, and its backward starts from the loss
-static void send_forward_recv_backward(Model *model, int slot) {
-    if (!model->last_stage)
-        send_recv(model_stage_output(model, slot), model->pgm->pp_next, model->dresid,
-                  model->pgm->pp_next, activation_size(model), &model->pgm->pp);
+static void recv_backward(PipelineParallel *pipe) {
+    if (!pipe->pgm->pp_is_last)
+        recv(pipe->output_tensor_grad, activation_size(pipe), pipe->pgm->pp_next, &pipe->pgm->pp);
 }
 
-static void send_backward_recv_forward(Model *model, int slot) {
-    if (!model->first_stage)
-        send_recv(model->dresid, model->pgm->pp_prev, model_stage_input(model, slot),
-                  model->pgm->pp_prev, activation_size(model), &model->pgm->pp);
+static void send_backward(PipelineParallel *pipe) {
+    if (!pipe->pgm->pp_is_first)
+        send(pipe->input_tensor_grad, activation_size(pipe), pipe->pgm->pp_prev, &pipe->pgm->pp);
 }
 
-static float forward_micro_batch(Model *model, const Dataset *ds, int step, int micro) {
+static void send_forward_recv_backward(PipelineParallel *pipe, int slot) {
+    if (!pipe->pgm->pp_is_last)
+        send_recv(model_stage_output(pipe->model, slot), pipe->pgm->pp_next,
+                  pipe->output_tensor_grad, pipe->pgm->pp_next, activation_size(pipe),
+                  &pipe->pgm->pp);
+}
+
+static void send_backward_recv_forward(PipelineParallel *pipe, int slot) {
+    if (!pipe->pgm->pp_is_first)
+        send_recv(pipe->input_tensor_grad, pipe->pgm->pp_prev, model_stage_input(pipe->model, slot),
+                  pipe->pgm->pp_prev, activation_size(pipe), &pipe->pgm->pp);
+}
+
+static float forward_micro_batch(PipelineParallel *pipe, int step, int micro) {
+    Model *model = pipe->model;
     int grad_acc = model->cfg.gradient_accumulation_steps, slot = micro % model->num_slots;
     // only the first stage reads tokens and only the last the targets
-    if (model->first_stage || model->last_stage) load_micro_batch(model, slot, ds, step, micro);
+    if (model->stage.has_embedding || model->stage.has_head) {
+        load_micro_batch(pipe->loader, step, micro);
+        model_set_batch(model, slot, pipe->loader->input_ids, pipe->loader->target_ids);
+    }
     float loss_scale = 1.0f / ((float)model->B * model->T * grad_acc);
     return model_forward(model, slot, loss_scale) / grad_acc;
 }
 
-static void backward_micro_batch(Model *model, DataParallel *dp, int micro, int sync) {
-    dp->require_backward_grad_sync = sync;
-    model_backward(model, micro % model->num_slots);
+// the first stage's input is the tokens: no gradient to send back
+static void backward_micro_batch(PipelineParallel *pipe, int micro, int sync) {
+    Model *model = pipe->model;
+    pipe->dp->require_backward_grad_sync = sync;
+    model_backward(model, model->stage.has_embedding ? NULL : pipe->input_tensor_grad,
+                   pipe->output_tensor_grad, micro % model->num_slots);
 }
 
-static float train_step_pipeline_afab(Model *model, DataParallel *dp, const Dataset *ds, int step) {
-    int grad_acc = model->cfg.gradient_accumulation_steps;
+static float train_step_pipeline_afab(PipelineParallel *pipe, int step) {
+    int grad_acc = pipe->model->cfg.gradient_accumulation_steps, slots = pipe->model->num_slots;
     float loss = 0.0f;
     for (int micro = 0; micro < grad_acc; micro++) {
-        recv_forward(model, micro % model->num_slots);
-        loss += forward_micro_batch(model, ds, step, micro);
-        send_forward(model, micro % model->num_slots);
+        recv_forward(pipe, micro % slots);
+        loss += forward_micro_batch(pipe, step, micro);
+        send_forward(pipe, micro % slots);
     }
     for (int micro = 0; micro < grad_acc; micro++) {
-        recv_backward(model);
-        backward_micro_batch(model, dp, micro, micro == grad_acc - 1);
-        send_backward(model);
+        recv_backward(pipe);
+        backward_micro_batch(pipe, micro, micro == grad_acc - 1);
+        send_backward(pipe);
     }
     return loss;
 }
 
-static float train_step_pipeline_1f1b(Model *model, DataParallel *dp, const Dataset *ds, int step) {
-    int grad_acc = model->cfg.gradient_accumulation_steps;
-    int warmup = model->pgm->pp_size - model->pgm->pp_rank - 1;
+static float train_step_pipeline_1f1b(PipelineParallel *pipe, int step) {
+    int grad_acc = pipe->model->cfg.gradient_accumulation_steps, slots = pipe->model->num_slots;
+    int warmup = pipe->pgm->pp_size - pipe->pgm->pp_rank - 1;
     if (warmup > grad_acc) warmup = grad_acc;
     int remaining = grad_acc - warmup;
     float loss = 0.0f;
     for (int micro = 0; micro < warmup; micro++) {
-        recv_forward(model, micro % model->num_slots);
-        loss += forward_micro_batch(model, ds, step, micro);
-        send_forward(model, micro % model->num_slots);
+        recv_forward(pipe, micro % slots);
+        loss += forward_micro_batch(pipe, step, micro);
+        send_forward(pipe, micro % slots);
     }
-    if (remaining > 0) recv_forward(model, warmup % model->num_slots);
+    if (remaining > 0) recv_forward(pipe, warmup % slots);
     for (int i = 0; i < remaining; i++) {
         int last = i == remaining - 1, fwd = warmup + i;
-        loss += forward_micro_batch(model, ds, step, fwd);
-        send_forward_recv_backward(model, fwd % model->num_slots);
+        loss += forward_micro_batch(pipe, step, fwd);
+        send_forward_recv_backward(pipe, fwd % slots);
         // a stage without warm-up (the last) makes its final backward here
-        backward_micro_batch(model, dp, i, warmup == 0 && last);
+        backward_micro_batch(pipe, i, warmup == 0 && last);
         if (last)
-            send_backward(model);
+            send_backward(pipe);
         else
-            send_backward_recv_forward(model, (fwd + 1) % model->num_slots);
+            send_backward_recv_forward(pipe, (fwd + 1) % slots);
     }
     for (int i = 0; i < warmup; i++) {
-        recv_backward(model);
-        backward_micro_batch(model, dp, remaining + i, i == warmup - 1);
-        send_backward(model);
+        recv_backward(pipe);
+        backward_micro_batch(pipe, remaining + i, i == warmup - 1);
+        send_backward(pipe);
     }
     return loss;
 }
 
-float pipeline_train_step(Model *model, DataParallel *dp, const Dataset *ds, int step) {
-    if (strcmp(model->cfg.pp_engine, "afab") == 0)
-        return train_step_pipeline_afab(model, dp, ds, step);
-    return train_step_pipeline_1f1b(model, dp, ds, step);
+float pipeline_train_step(PipelineParallel *pipe, int step) {
+    if (strcmp(pipe->model->cfg.pp_engine, "afab") == 0)
+        return train_step_pipeline_afab(pipe, step);
+    return train_step_pipeline_1f1b(pipe, step);
 }
 
 void pipeline_sync_tied_embeddings(Model *model) {
     if (model->pgm->pp_size == 1 || !model->cfg.tie_word_embeddings) return;
-    if (!model->first_stage && !model->last_stage) return;
-    size_t offset = model->embed - model->params;
-    all_reduce(model->grads + offset, (size_t)model->V * model->C, REDUCE_SUM, &model->pgm->embed);
+    if (!model->stage.has_embedding && !model->stage.has_head) return;
+    all_reduce(model->dw.embed_tokens, (size_t)model->V * model->C, REDUCE_SUM, &model->pgm->embed);
 }

@@ -7,7 +7,6 @@
 // place in its group is its coordinate on that axis.
 #include "process_group_manager.h"
 #include "utils.h"
-#include <sched.h>
 
 static void split(Group *g, int color, int key) {
     MPI_Comm comm;
@@ -15,47 +14,19 @@ static void split(Group *g, int color, int key) {
     group_init(g, comm);
 }
 
-// Every rank sees the same mismatch, so every rank says it (mpirun shows each rank's stderr), then
-// the job ends. The barrier, bounded to 2 s, lets every rank print before the first abort kills
-// the others; a rank that never arrives (a config that differs per rank) cannot hang the job.
-static void __attribute__((noreturn)) grid_error(const char *msg) {
-    fprintf(stderr, "[rank %d] config error: %s\n", world_rank(), msg);
-    fflush(stderr);
-    MPI_Request req;
-    int done = 0;
-    double deadline = now_seconds() + 2.0;
-    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) == MPI_SUCCESS)
-        while (!done && now_seconds() < deadline) {
-            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-            sched_yield();
-        }
-    // all arrived: a clean exit spares the user MPICH's abort banner on every rank
-    if (done) {
-        MPI_Finalize();
-        exit(1);
-    }
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1); // not reached: MPI_Abort does not return
-}
-
 void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp, int dp) {
     int world_size, rank;
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-    char msg[256];
-    if (tp < 1 || cp < 1 || pp < 1 || dp < 1) {
-        snprintf(msg, sizeof msg,
-                 "tp_size=%d cp_size=%d pp_size=%d dp_size=%d must each be >= 1 "
-                 "(set them in the config's \"distributed\" section)",
-                 tp, cp, pp, dp);
-        grid_error(msg);
-    }
-    if ((long)tp * cp * pp * dp != world_size) {
-        snprintf(msg, sizeof msg,
-                 "tp*cp*pp*dp = %d*%d*%d*%d = %ld but mpirun started %d ranks (run mpirun -np %ld)",
-                 tp, cp, pp, dp, (long)tp * cp * pp * dp, world_size, (long)tp * cp * pp * dp);
-        grid_error(msg);
-    }
+    if (tp < 1 || cp < 1 || pp < 1 || dp < 1)
+        user_error("config error: tp_size=%d cp_size=%d pp_size=%d dp_size=%d must each be >= 1 "
+                   "(set them in the config's \"distributed\" section)",
+                   tp, cp, pp, dp);
+    long grid = (long)tp * cp * pp * dp;
+    if (grid != world_size)
+        user_error("config error: tp*cp*pp*dp = %d*%d*%d*%d = %ld but mpirun started %d rank%s "
+                   "(run mpirun -np %ld)",
+                   tp, cp, pp, dp, grid, world_size, world_size == 1 ? "" : "s", grid);
 
     *pgm = (ProcessGroupManager){.global_rank = rank,
                                  .world_size = world_size,
@@ -78,7 +49,6 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
     split(&pgm->tp, (d * pp + p) * cp + c, t);
     split(&pgm->cp, (d * pp + p) * tp + t, c);
     split(&pgm->pp, (d * cp + c) * tp + t, p);
-    split(&pgm->dp, (p * cp + c) * tp + t, d);
     // gradients are averaged over every rank that holds the same weights: same pp and tp
     split(&pgm->cp_dp, p * tp + t, d * cp + c);
 
@@ -94,15 +64,12 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
 
     pgm->pp_prev = pgm->pp_is_first ? -1 : p - 1;
     pgm->pp_next = pgm->pp_is_last ? -1 : p + 1;
-    pgm->cp_prev = (c - 1 + cp) % cp;
-    pgm->cp_next = (c + 1) % cp;
     snprintf(pgm->name, sizeof pgm->name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d, rank);
 }
 
 void process_group_manager_free(ProcessGroupManager *pgm) {
     group_free(&pgm->embed);
     group_free(&pgm->cp_dp);
-    group_free(&pgm->dp);
     group_free(&pgm->pp);
     group_free(&pgm->cp);
     group_free(&pgm->tp);

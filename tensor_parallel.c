@@ -15,8 +15,45 @@
 // is built from the shards with two small all-reduces (the max; then the sum of exp and the
 // target logit together), so no rank ever holds (tokens x vocab) logits. Every rank then holds
 // the same output, which is why RMSNorm weights stay replicated and identical.
+//
+// This file decides the split: the model names each tensor's role (column-parallel, row-parallel,
+// vocab-parallel, replicated) and tensor_parallel_shard says which block of it this rank holds;
+// tensor_parallel_sizes says how many heads, features and vocabulary rows that leaves per rank.
 #include "tensor_parallel.h"
 #include "backend/backend.h"
+#include "utils.h"
+
+// Whole heads go to each rank (a head never straddles two), so attention needs no communication
+// until o_proj; config_validate has checked that tp divides every split size.
+Shard tensor_parallel_shard(TensorParallelSplit split, int rows, int cols, const Group *tp) {
+    Shard s = {rows, cols, 0, 0};
+    if (split == COLUMN_PARALLEL || split == VOCAB_PARALLEL) {
+        if (rows % tp->size)
+            FAIL("config_validate checks tp divides it", "%d rows over tp=%d", rows, tp->size);
+        s.rows = rows / tp->size;
+        s.row0 = tp->rank * s.rows;
+    } else if (split == ROW_PARALLEL) {
+        if (cols % tp->size)
+            FAIL("config_validate checks tp divides it", "%d cols over tp=%d", cols, tp->size);
+        s.cols = cols / tp->size;
+        s.col0 = tp->rank * s.cols;
+    }
+    return s;
+}
+
+TensorParallelSizes tensor_parallel_sizes(const Config *c, const Group *tp) {
+    // the heads split as q_proj's rows do, the features as gate_proj's, the vocabulary as the
+    // embedding's
+    Shard heads = tensor_parallel_shard(COLUMN_PARALLEL, c->num_attention_heads, 1, tp);
+    Shard kv_heads = tensor_parallel_shard(COLUMN_PARALLEL, c->num_key_value_heads, 1, tp);
+    Shard features = tensor_parallel_shard(COLUMN_PARALLEL, c->intermediate_size, 1, tp);
+    Shard vocab = tensor_parallel_shard(VOCAB_PARALLEL, c->vocab_size, 1, tp);
+    return (TensorParallelSizes){.H = heads.rows,
+                                 .KV = kv_heads.rows,
+                                 .I = features.rows,
+                                 .V = vocab.rows,
+                                 .vocab_start = vocab.row0};
+}
 
 void column_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int C,
                                     int OC) {

@@ -2,6 +2,29 @@
 // are its share of the output and intermediate features, V its share of the vocabulary.
 #pragma once
 #include "backend/comm.h"
+#include "config.h"
+
+// How a tensor stored as Hugging Face stores it, W (rows, cols) = (out features, in features), is
+// split over the tp ranks. Column-parallel splits the columns of W^T, that is the rows of W.
+typedef enum {
+    REPLICATED,      // norms: every rank holds the whole tensor
+    COLUMN_PARALLEL, // q, k, v, gate, up: rows (output features) split
+    ROW_PARALLEL,    // o_proj, down_proj: columns (input features) split
+    VOCAB_PARALLEL,  // the embedding and the head: vocabulary rows split
+} TensorParallelSplit;
+
+// The block of a (rows, cols) tensor that this tp rank holds: [row0, row0+rows) x [col0, col0+cols)
+typedef struct {
+    int rows, cols, row0, col0;
+} Shard;
+Shard tensor_parallel_shard(TensorParallelSplit split, int rows, int cols, const Group *tp);
+
+// The sizes this tp rank holds: H attention heads, KV kv heads, I intermediate features, and V
+// vocabulary rows, the first of which is vocab_start
+typedef struct {
+    int H, KV, I, V, vocab_start;
+} TensorParallelSizes;
+TensorParallelSizes tensor_parallel_sizes(const Config *cfg, const Group *tp);
 
 // The backward of one column-parallel linear among several that read the same input (q, k, v;
 // gate, up): this rank's weight rows (OC, C), where their gradient accumulates, and the gradient

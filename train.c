@@ -49,14 +49,15 @@ static int local_rank(void) {
 
 // picotron's train_step without a pipeline: accumulate grad_acc micro-batches, each loss scaled
 // by 1/grad_acc; the buckets all-reduce only during the last backward
-static float train_step(Model *model, DataParallel *dp, const Dataset *ds, int step) {
+static float train_step(Model *model, DataParallel *dp, MicroBatchDataLoader *loader, int step) {
     int grad_acc = model->cfg.gradient_accumulation_steps;
     float loss_scale = 1.0f / ((float)model->B * model->T * grad_acc), loss = 0.0f;
     for (int micro = 0; micro < grad_acc; micro++) {
-        load_micro_batch(model, 0, ds, step, micro);
+        load_micro_batch(loader, step, micro);
+        model_set_batch(model, 0, loader->input_ids, loader->target_ids);
         dp->require_backward_grad_sync = micro == grad_acc - 1;
         loss += model_forward(model, 0, loss_scale) / grad_acc;
-        model_backward(model, 0);
+        model_backward(model, NULL, NULL, 0);
     }
     return loss;
 }
@@ -104,9 +105,7 @@ int main(int argc, char **argv) {
     const char *config_path = parse_args(argc, argv);
     Config cfg;
     config_load(&cfg, config_path);
-    int world_size;
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-    config_validate(&cfg, world_size);
+    config_validate(&cfg);
     // picotron exports the config's environment section; BLIS reads OMP_NUM_THREADS at its first
     // call, the OpenMP runtime read it before main, so it is told directly
     char threads[16];
@@ -115,9 +114,9 @@ int main(int argc, char **argv) {
     omp_set_num_threads(cfg.omp_num_threads);
 
     // the device first: NCCL binds each communicator to the GPU current when it is made
-    setenv("PICOTRON_COMM_BACKEND", cfg.backend, 1);
     backend_init(local_rank());
     backend_set_dtype(cfg.dtype);
+    comm_set_backend(cfg.backend);
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size);
     Dataset ds;
@@ -126,10 +125,25 @@ int main(int argc, char **argv) {
         user_error("config error: model.vocab_size = %d but %s holds token %d (raise it)",
                    cfg.vocab_size, cfg.dataset_name, ds.vocab_size - 1);
 
+    // each parallel file decides this rank's share: its tensor blocks, its layers, its positions
+    int T = cfg.seq_length / pgm.cp_size;
+    int *positions = xmalloc(T * sizeof(int));
+    context_parallel_positions(positions, pgm.cp_rank, pgm.cp_size, cfg.seq_length, cfg.cp_zigzag);
+    ModelShard shard = {.tp = tensor_parallel_sizes(&cfg, &pgm.tp),
+                        .stage = pipeline_stage(cfg.num_hidden_layers, &pgm),
+                        .positions = positions};
     Model model;
-    model_init(&model, &cfg, &pgm, pipeline_num_slots(&cfg, pgm.pp_rank));
+    model_init(&model, &cfg, &pgm, &shard, pipeline_num_slots(&cfg, pgm.pp_rank));
+    Optimizer opt;
+    optimizer_init(&opt, &cfg, model.num_params);
+    MicroBatchDataLoader loader;
+    micro_batch_loader_init(&loader, &ds, &cfg, pgm.dp_rank, pgm.dp_size, positions, T);
     DataParallel dp;
-    data_parallel_init(&dp, &model, &pgm.cp_dp, cfg.bucket_size_mb);
+    data_parallel_init(&dp, model.grads, model.num_params, &pgm.cp_dp, cfg.bucket_size_mb);
+    model.on_grads_ready = data_parallel_grads_ready; // picotron's register_backward_hook
+    model.hook_ctx = &dp;
+    PipelineParallel pipe;
+    pipeline_parallel_init(&pipe, &model, &dp, &loader, &pgm);
     int logger = pgm.pp_is_last && pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0;
     long tokens_per_step =
         (long)cfg.micro_batch_size * cfg.seq_length * cfg.gradient_accumulation_steps * cfg.dp_size;
@@ -138,7 +152,7 @@ int main(int argc, char **argv) {
                model.num_params, cfg.model_name);
 
     // the data position follows from the step, so a resumed run continues where it stopped
-    int first_step = cfg.load_path[0] ? checkpoint_load(&model, cfg.load_path) + 1 : 1;
+    int first_step = cfg.load_path[0] ? checkpoint_load(&model, &opt, cfg.load_path) + 1 : 1;
     long tokens_seen = (first_step - 1) * tokens_per_step;
     // a resumed run adds to the metrics of the run it continues
     FILE *metrics = logger && cfg.metrics_file[0]
@@ -150,18 +164,19 @@ int main(int argc, char **argv) {
         if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;
         double start = now_seconds();
         device_zero(model.grads, model.num_params * sizeof(float));
-        float loss = cfg.pp_size > 1 ? pipeline_train_step(&model, &dp, &ds, step - 1)
-                                     : train_step(&model, &dp, &ds, step - 1);
+        float loss = cfg.pp_size > 1 ? pipeline_train_step(&pipe, step - 1)
+                                     : train_step(&model, &dp, &loader, step - 1);
         data_parallel_wait(&dp);
         pipeline_sync_tied_embeddings(&model);
         clip_grad_norm(&model);
-        optimizer_step(&model, learning_rate_at(&cfg, step), step);
+        optimizer_step(&opt, model.params, model.grads, learning_rate_at(&cfg, step));
         loss = average_loss_across_dp_cp_ranks(&model, loss);
         device_synchronize();
         double seconds = now_seconds() - start;
         tokens_seen += tokens_per_step;
         steps_run++;
-        if (logger) log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, world_size);
+        if (logger)
+            log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size);
         if (logger && metrics) {
             fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f}\n",
                     step, loss, tokens_seen, seconds);
@@ -170,7 +185,7 @@ int main(int argc, char **argv) {
         if (cfg.save_frequency > 0 && step % cfg.save_frequency == 0) {
             char dir[1024];
             snprintf(dir, sizeof dir, "%s/%d", cfg.save_dir, step);
-            checkpoint_save(&model, dir, step);
+            checkpoint_save(&model, &opt, dir, step);
         }
     }
     if (logger && pgm.cp_dp.size > 1)
@@ -180,8 +195,12 @@ int main(int argc, char **argv) {
         printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
                pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);
     if (metrics) fclose(metrics);
+    pipeline_parallel_free(&pipe);
     data_parallel_free(&dp);
+    micro_batch_loader_free(&loader);
+    optimizer_free(&opt);
     model_free(&model);
+    free(positions);
     dataset_free(&ds);
     process_group_manager_free(&pgm);
     mpiCheck(MPI_Finalize());

@@ -26,15 +26,13 @@ typedef struct {
     void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
 } Handle;
 
+// distributed.backend: "mpi", or "nccl" (the GPU build's default); before any group_init
+void comm_set_backend(const char *name);
 void group_init(Group *g, MPI_Comm comm);
 void group_free(Group *g);
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g);
 Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g);
-// in and out of these two must not overlap (NCCL allows only its own in-place offsets)
-void all_gather(float *out, const float *in, size_t n, Group *g);     // out: size * n
-void reduce_scatter(float *out, const float *in, size_t n, Group *g); // in: size * n, sum
-void broadcast(float *buf, size_t n, int root, Group *g);
 void send(const float *buf, size_t n, int dst, Group *g);
 void recv(float *buf, size_t n, int src, Group *g);
 // send to dst and receive from src at once (pipeline neighbours, the context ring)

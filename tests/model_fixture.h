@@ -10,6 +10,8 @@
 #include "backend/backend.h"
 #include "config.h"
 #include "model.h"
+#include "optimizer.h"
+#include "pipeline_parallel.h"
 #include "process_group_manager.h"
 #include "utils.h"
 #include "tests/fixture.h"
@@ -72,6 +74,7 @@ typedef struct {
     Config cfg;
     Model model;
     int N, *tokens, *targets; // the fixture's batch: (N = micro_batch_size * seq_length), host
+    int *positions;           // (seq_length): 0, 1, ...
 } FixtureModel;
 
 // loads the fixture at path and builds its model with its weights; nothing is run yet
@@ -80,7 +83,13 @@ static void fixture_model_init(FixtureModel *fm, const char *path, ProcessGroupM
     fixture_load(fm->fx, path);
     fixture_config(&fm->cfg, fm->fx);
     int N = fm->N = fm->cfg.micro_batch_size * fm->cfg.seq_length;
-    model_init(&fm->model, &fm->cfg, pgm, 1);
+    // one rank: the whole of every tensor, every layer, every position
+    fm->positions = xmalloc(fm->cfg.seq_length * sizeof(int));
+    context_parallel_positions(fm->positions, 0, 1, fm->cfg.seq_length, 0);
+    ModelShard shard = {.tp = tensor_parallel_sizes(&fm->cfg, &pgm->tp),
+                        .stage = pipeline_stage(fm->cfg.num_hidden_layers, pgm),
+                        .positions = fm->positions};
+    model_init(&fm->model, &fm->cfg, pgm, &shard, 1);
     fixture_load_weights(&fm->model, fm->fx);
     fm->tokens = xmalloc(N * sizeof(int)), fm->targets = xmalloc(N * sizeof(int));
     const FixtureRecord *in = fixture_find(fm->fx, "inputs");
@@ -94,7 +103,7 @@ static void fixture_model_init(FixtureModel *fm, const char *path, ProcessGroupM
 }
 
 static void fixture_model_free(FixtureModel *fm) {
-    free(fm->tokens), free(fm->targets);
+    free(fm->tokens), free(fm->targets), free(fm->positions);
     model_free(&fm->model);
     fixture_free(fm->fx);
     free(fm->fx);
@@ -113,9 +122,9 @@ static void fixture_forward_backward(double *loss_err, double *logits_err, Fixtu
     // a slot keeps dlogits, not the logits: they are computed again from the final norm's output
     float *logits_dev = device_malloc((size_t)N * V * sizeof(float));
     float *logits = xmalloc((size_t)N * V * sizeof(float));
-    matmul_forward(logits_dev, model->slots[0].lnf, model->lm_head, N, C, V); // (N, V)
+    matmul_forward(logits_dev, model->slots[0].lnf, model->w.lm_head, N, C, V); // (N, V)
     device_to_host(logits, logits_dev, (size_t)N * V * sizeof(float));
-    model_backward(model, 0);
+    model_backward(model, NULL, NULL, 0);
     float want_loss = fixture_find(fm->fx, "loss")->data[0];
     printf("  loss %.7f, %s %.7f\n", loss, reference, want_loss);
     *loss_err = fabs(loss - want_loss) / fabs(want_loss);
@@ -131,17 +140,19 @@ static double fixture_adamw_losses(FixtureModel *fm, int digits) {
     Model *model = &fm->model;
     const FixtureRecord *want = fixture_find(fm->fx, "adam.losses");
     double loss_err = 0;
+    Optimizer opt; // torch's defaults: betas (0.9, 0.999), eps 1e-8
+    optimizer_init(&opt, &fm->cfg, model->num_params);
     printf("  adamw losses:");
     for (size_t s = 0; s < want->count; s++) {
         device_zero(model->grads, model->num_params * sizeof(float));
         model_set_batch(model, 0, fm->tokens, fm->targets);
         float l = model_forward(model, 0, 1.0f / fm->N);
-        model_backward(model, 0);
-        adamw_update(model->params, model->grads, model->m, model->v, model->num_params,
-                     fm->cfg.learning_rate, 0.9f, 0.999f, 1e-8f, fm->cfg.weight_decay, (int)s + 1);
+        model_backward(model, NULL, NULL, 0);
+        optimizer_step(&opt, model->params, model->grads, fm->cfg.learning_rate);
         loss_err = fmax(loss_err, fabs(l - want->data[s]) / fabs(want->data[s]));
         printf(" %.*f/%.*f", digits, l, digits, want->data[s]);
     }
+    optimizer_free(&opt);
     return loss_err;
 }
 

@@ -121,7 +121,7 @@ expect_error "use_cpu false on the CPU build" 'distributed\.use_cpu.*make GPU=1'
     "$(c gpu_config)"
 expect_error "bfloat16 on the CPU build" 'model\.dtype' 1 "$(c bf16)"
 expect_error "world size != tp*cp*pp*dp" \
-    'tp_size\*cp_size\*pp_size\*dp_size = 1 but mpirun started 2 ranks' 2 "$(c valid)"
+    'tp\*cp\*pp\*dp = 1\*1\*1\*1 = 1 but mpirun started 2 ranks' 2 "$(c valid)"
 expect_error "nonexistent config" 'does_not_exist\.json' 1 "$(c does_not_exist)"
 expect_error "no --config" '--config' 1
 expect_error "unknown train flag" '--bogus' 1 --config "$tmp/valid.json" --bogus

@@ -1,6 +1,6 @@
 // Every collective of backend/comm.h gives what a local reference computes from the values each
-// rank holds (sums and means within TOL_REDUCE, relative to the sum of magnitudes; maxima,
-// gathers, broadcasts and messages exactly), on the world group, on a half-world group whose ranks
+// rank holds (sums and means within TOL_REDUCE, relative to the sum of magnitudes; maxima and
+// messages exactly), on the world group, on a half-world group whose ranks
 // are in reverse order, and on a group of one rank, which must do no MPI. Run with mpirun -np 4
 // and -np 8.
 // Modes for tests/t_40_comm.sh:
@@ -103,47 +103,6 @@ static void check_overlap(Group *g, size_t n, int salt) {
     free(b);
 }
 
-static void check_gather_scatter(Group *g, size_t n, int salt) {
-    size_t N = n * g->size;
-    float *in = xmalloc(N * sizeof(float)), *out = xmalloc(N * sizeof(float));
-    fill_values(in, n, g->rank, salt);
-    all_gather(out, in, n, g);
-    double err = 0;
-    for (int r = 0; r < g->size; r++) // rank r's block sits at out[r*n]
-        for (size_t i = 0; i < n; i++) err = fmax(err, rel_err(out[r * n + i], value(r, i, salt)));
-    report("all_gather", n, g, err, 0);
-
-    fill_values(in, N, g->rank, salt + 1);
-    reduce_scatter(out, in, n, g);
-    err = 0;
-    for (size_t i = 0; i < n; i++) { // block g->rank of the sum over ranks
-        double ref = 0, mag = 0;
-        for (int r = 0; r < g->size; r++) {
-            ref += value(r, g->rank * n + i, salt + 1);
-            mag += fabs(value(r, g->rank * n + i, salt + 1));
-        }
-        err = fmax(err, sum_err(out[i], ref, mag));
-    }
-    report("reduce_scatter", n, g, err, TOL_REDUCE);
-    free(in);
-    free(out);
-}
-
-static void check_broadcast(Group *g, size_t n, int salt) {
-    float *x = xmalloc(n * sizeof(float));
-    int roots[2] = {g->size - 1, 1 % g->size};
-    for (int k = 0; k < 2; k++) {
-        fill_values(x, n, g->rank, salt + k);
-        broadcast(x, n, roots[k], g);
-        double err = 0;
-        for (size_t i = 0; i < n; i++) err = fmax(err, rel_err(x[i], value(roots[k], i, salt + k)));
-        char what[64];
-        snprintf(what, sizeof what, "broadcast from root %d", roots[k]);
-        report(what, n, g, err, 0);
-    }
-    free(x);
-}
-
 // A running sum travels once round the ring with send/recv: rank 0 starts it, rank r adds its
 // values, rank 0 gets the total back. Each rank checks the partial sum it receives.
 static void check_send_recv_chain(Group *g, size_t n, int salt) {
@@ -204,8 +163,6 @@ static void check_group(Group *g, int salt) {
         size_t n = SIZES[s];
         check_all_reduce(g, n, salt);
         check_overlap(g, n, salt + 3);
-        check_gather_scatter(g, n, salt + 5);
-        check_broadcast(g, n, salt + 7);
         if (g->size > 1) check_send_recv_chain(g, n, salt + 9);
         check_send_recv_ring(g, n, salt + 10);
     }

@@ -1,7 +1,7 @@
 // config_save then config_load gives back every value config_load read: prints the loaded config
 // as "key value" lines (the test script checks them against the JSON file and the flags given),
 // then saves it, loads the copy, and compares all printed values (exit 1 on any difference).
-//   build/tests/test_config PATH [world_size]   (with world_size: also runs config_validate)
+//   build/tests/test_config PATH [--validate]   (--validate: also runs config_validate)
 #include "config.h"
 #include "utils.h"
 #include <string.h>
@@ -33,12 +33,12 @@ static void dump(char *out, size_t size, const Config *c) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s config.json [world_size]\n", argv[0]);
+        fprintf(stderr, "usage: %s config.json [--validate]\n", argv[0]);
         return 2;
     }
     Config first, second;
     config_load(&first, argv[1]);
-    if (argc > 2) config_validate(&first, atoi(argv[2]));
+    if (argc > 2) config_validate(&first);
     static char a[8192], b[8192], copy[4096];
     dump(a, sizeof a, &first);
     fputs(a, stdout);

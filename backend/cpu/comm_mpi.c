@@ -7,6 +7,13 @@
 #include "backend/comm_common.h"
 #include <sched.h>
 
+void comm_set_backend(const char *name) {
+    if (strcmp(name, "mpi") != 0)
+        user_error("config error: distributed.backend = \"%s\": the CPU build communicates with "
+                   "\"mpi\" (\"nccl\" needs `make GPU=1`)",
+                   name);
+}
+
 void group_init(Group *g, MPI_Comm comm) {
     g->comm = comm;
     g->nccl = NULL;
@@ -67,44 +74,6 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
     Handle h = all_reduce_start(buf, n, op, g);
-    comm_wait(&h);
-}
-
-// out (size * n): rank r's `in` lands at out[r*n, (r+1)*n)
-void all_gather(float *out, const float *in, size_t n, Group *g) {
-    if (g->size == 1) {
-        if (out != in) memcpy(out, in, n * sizeof(float));
-        return;
-    }
-    int count = mpi_count(n, "all_gather");
-    Handle h = handle_done();
-    mpiCheck(MPI_Iallgather(in, count, MPI_FLOAT, out, count, MPI_FLOAT, g->comm, &h.req[0]));
-    h.count = 1;
-    comm_wait(&h);
-}
-
-// in (size * n) summed over ranks; this rank keeps block [rank*n, (rank+1)*n) of the sum in out (n)
-void reduce_scatter(float *out, const float *in, size_t n, Group *g) {
-    if (g->size == 1) {
-        if (out != in) memcpy(out, in, n * sizeof(float));
-        return;
-    }
-    int count = mpi_count(n, "reduce_scatter");
-    Handle h = handle_done();
-    mpiCheck(MPI_Ireduce_scatter_block(in, out, count, MPI_FLOAT, MPI_SUM, g->comm, &h.req[0]));
-    h.count = 1;
-    comm_wait(&h);
-}
-
-void broadcast(float *buf, size_t n, int root, Group *g) {
-    if (root < 0 || root >= g->size)
-        FAIL("the root is a rank inside the group", "broadcast root %d in a group of %d", root,
-             g->size);
-    if (g->size == 1) return;
-    int count = mpi_count(n, "broadcast");
-    Handle h = handle_done();
-    mpiCheck(MPI_Ibcast(buf, count, MPI_FLOAT, root, g->comm, &h.req[0]));
-    h.count = 1;
     comm_wait(&h);
 }
 

@@ -1,6 +1,6 @@
 // Collectives of the GPU build (backend/comm.h) on device buffers, with two backends, chosen by
-// distributed.backend, which train.c passes on as the environment variable
-// PICOTRON_COMM_BACKEND before the process groups are made (group_init has no backend argument):
+// distributed.backend, which train.c passes to comm_set_backend() before the process groups are
+// made:
 //   "nccl" (the default): one NCCL communicator per process group of more than one rank, its id
 //          handed out by MPI, and one non-blocking stream. Blocking calls run on the compute
 //          stream, in program order with the kernels; the *_start calls run on the group's own
@@ -28,19 +28,17 @@ typedef struct {
     size_t dst_n;
 } DeviceOp;
 
-static int backend_is_nccl(void) {
-    static int nccl = -1;
-    if (nccl >= 0) return nccl;
-    const char *name = getenv("PICOTRON_COMM_BACKEND");
-    if (!name || !name[0] || strcmp(name, "nccl") == 0)
-        nccl = 1;
+static int use_nccl = 1; // until comm_set_backend says otherwise
+
+void comm_set_backend(const char *name) {
+    if (strcmp(name, "nccl") == 0)
+        use_nccl = 1;
     else if (strcmp(name, "mpi") == 0)
-        nccl = 0;
+        use_nccl = 0;
     else
         user_error("distributed.backend = \"%s\" is not a communication backend: use \"nccl\" "
                    "or \"mpi\"",
                    name);
-    return nccl;
 }
 
 // NCCL refuses two ranks of one communicator on one GPU: say so in one line, before it does.
@@ -82,7 +80,7 @@ void group_init(Group *g, MPI_Comm comm) {
     mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(comm, &g->rank));
     mpiCheck(MPI_Comm_size(comm, &g->size));
-    if (g->size == 1 || !backend_is_nccl()) return;
+    if (g->size == 1 || !use_nccl) return;
     if (!device_selected)
         FAIL("call backend_init(local_rank) before process_group_manager_init",
              "an NCCL communicator binds to the current GPU, and none was selected yet");
@@ -112,10 +110,10 @@ static DeviceOp *op_new(void) {
     return (DeviceOp *)xmalloc(sizeof(DeviceOp)); // zeroed
 }
 
-// "mpi": a host copy of n floats of a device buffer (n = 0: an empty buffer to receive into).
+// "mpi": a host copy of n floats of a device buffer.
 // cudaMemcpy waits for the kernels queued before it, so the copy holds their results.
-static float *host_copy(const float *dev, size_t n, size_t capacity) {
-    float *host = (float *)xmalloc(capacity * sizeof(float));
+static float *host_copy(const float *dev, size_t n) {
+    float *host = (float *)xmalloc(n * sizeof(float));
     device_to_host(host, dev, n * sizeof(float));
     return host;
 }
@@ -214,7 +212,7 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
     }
     int count = mpi_count(n, "all_reduce");
     DeviceOp *op_state = op_new();
-    op_state->host = host_copy(buf, n, n);
+    op_state->host = host_copy(buf, n);
     op_state->dst = buf;
     op_state->dst_n = n;
     h.device_op = op_state;
@@ -236,80 +234,6 @@ void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
     comm_wait(&h); // "nccl": nothing to wait for on the host, only the mean to take
 }
 
-// out (size * n): rank r's `in` lands at out[r*n, (r+1)*n)
-void all_gather(float *out, const float *in, size_t n, Group *g) {
-    PROFILE(PROFILE_COMM);
-    if (g->size == 1) {
-        if (out != in) device_copy(out, in, n * sizeof(float));
-        return;
-    }
-    if (g->nccl) {
-        ncclCheck(ncclAllGather(in, out, n, ncclFloat, (ncclComm_t)g->nccl, 0));
-        return;
-    }
-    int count = mpi_count(n, "all_gather");
-    Handle h = handle_done();
-    DeviceOp *op = op_new();
-    op->host = host_copy(in, n, n);
-    op->host_recv = (float *)xmalloc((size_t)g->size * n * sizeof(float));
-    op->dst = out;
-    op->dst_n = (size_t)g->size * n;
-    h.device_op = op;
-    mpiCheck(MPI_Iallgather(op->host, count, MPI_FLOAT, op->host_recv, count, MPI_FLOAT, g->comm,
-                            &h.req[0]));
-    h.count = 1;
-    comm_wait(&h);
-}
-
-// in (size * n) summed over ranks; this rank keeps block [rank*n, (rank+1)*n) of the sum in out (n)
-void reduce_scatter(float *out, const float *in, size_t n, Group *g) {
-    PROFILE(PROFILE_COMM);
-    if (g->size == 1) {
-        if (out != in) device_copy(out, in, n * sizeof(float));
-        return;
-    }
-    if (g->nccl) {
-        ncclCheck(ncclReduceScatter(in, out, n, ncclFloat, ncclSum, (ncclComm_t)g->nccl, 0));
-        return;
-    }
-    int count = mpi_count(n, "reduce_scatter");
-    Handle h = handle_done();
-    DeviceOp *op = op_new();
-    op->host = host_copy(in, (size_t)g->size * n, (size_t)g->size * n);
-    op->host_recv = (float *)xmalloc(n * sizeof(float));
-    op->dst = out;
-    op->dst_n = n;
-    h.device_op = op;
-    mpiCheck(MPI_Ireduce_scatter_block(op->host, op->host_recv, count, MPI_FLOAT, MPI_SUM, g->comm,
-                                       &h.req[0]));
-    h.count = 1;
-    comm_wait(&h);
-}
-
-void broadcast(float *buf, size_t n, int root, Group *g) {
-    PROFILE(PROFILE_COMM);
-    if (root < 0 || root >= g->size)
-        FAIL("the root is a rank inside the group", "broadcast root %d in a group of %d", root,
-             g->size);
-    if (g->size == 1 || n == 0) return;
-    if (g->nccl) {
-        ncclCheck(ncclBroadcast(buf, buf, n, ncclFloat, root, (ncclComm_t)g->nccl, 0));
-        return;
-    }
-    int count = mpi_count(n, "broadcast");
-    Handle h = handle_done();
-    DeviceOp *op = op_new();
-    op->host = host_copy(buf, g->rank == root ? n : 0, n);
-    if (g->rank != root) {
-        op->dst = buf;
-        op->dst_n = n;
-    }
-    h.device_op = op;
-    mpiCheck(MPI_Ibcast(op->host, count, MPI_FLOAT, root, g->comm, &h.req[0]));
-    h.count = 1;
-    comm_wait(&h);
-}
-
 void send(const float *buf, size_t n, int dst, Group *g) {
     PROFILE(PROFILE_COMM);
     check_peer(dst, 0, "send", g);
@@ -320,7 +244,7 @@ void send(const float *buf, size_t n, int dst, Group *g) {
     int count = mpi_count(n, "send");
     Handle h = handle_done();
     DeviceOp *op = op_new();
-    op->host = host_copy(buf, n, n);
+    op->host = host_copy(buf, n);
     h.device_op = op;
     mpiCheck(MPI_Isend(op->host, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[0]));
     h.count = 1;
@@ -367,7 +291,7 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
     }
     int count = mpi_count(n, "send_recv");
     DeviceOp *op = op_new();
-    op->host = host_copy(sendbuf, n, n);
+    op->host = host_copy(sendbuf, n);
     op->host_recv = (float *)xmalloc(n * sizeof(float));
     op->dst = recvbuf;
     op->dst_n = n;

@@ -228,7 +228,7 @@ double device_peak_flops(void) {
     static int warned = 0;
     if (!warned && world_rank() == 0)
         fprintf(stderr,
-                "unknown GPU \"%s\": MFU needs its peak; set environment.peak_flops in the "
+                "unknown GPU \"%s\": MFU needs its peak; set environment.PEAK_FLOPS in the "
                 "config or PICOTRON_PEAK_FLOPS (FLOP/s)\n",
                 prop.name);
     warned = 1;

@@ -929,55 +929,6 @@ ncclResult_t ncclAllReduce(const void *sendbuf, void *recvbuf, size_t count, ncc
     return ncclSuccess;
 }
 
-// recvbuf: size * count; in place when sendbuf is this rank's block of recvbuf
-ncclResult_t ncclAllGather(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t type,
-                           ncclComm_t comm, cudaStream_t) {
-    if (!comm || type != ncclFloat) return ncclInvalidArgument;
-    size_t total = count * comm->size;
-    if (!floats_on_device(sendbuf, count) || !floats_on_device(recvbuf, total))
-        return ncclInvalidArgument;
-    const float *in_place = (const float *)recvbuf + count * comm->rank;
-    const char *s = (const char *)sendbuf, *r = (const char *)recvbuf;
-    if (sendbuf != in_place && s < r + total * 4 && r < s + count * 4)
-        return ncclInvalidArgument; // overlapping, but not NCCL's in-place layout
-    MPI_Request req;
-    MPI_Iallgather(sendbuf == in_place ? MPI_IN_PLACE : sendbuf, mpi_count(count), MPI_FLOAT,
-                   recvbuf, mpi_count(count), MPI_FLOAT, comm->comm, &req);
-    wait_all(1, &req);
-    return ncclSuccess;
-}
-
-// sendbuf: size * count; in place when recvbuf is this rank's block of sendbuf
-ncclResult_t ncclReduceScatter(const void *sendbuf, void *recvbuf, size_t count,
-                               ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-    if (!comm || type != ncclFloat) return ncclInvalidArgument;
-    size_t total = count * comm->size;
-    if (!floats_on_device(sendbuf, total) || !floats_on_device(recvbuf, count))
-        return ncclInvalidArgument;
-    const char *s = (const char *)sendbuf, *r = (const char *)recvbuf;
-    const char *in_place = s + count * comm->rank * 4;
-    if (r != in_place && r < s + total * 4 && s < r + count * 4) return ncclInvalidArgument;
-    std::vector<float> in((const float *)sendbuf, (const float *)sendbuf + total);
-    MPI_Request req;
-    MPI_Ireduce_scatter_block(in.data(), recvbuf, mpi_count(count), MPI_FLOAT, mpi_op(op),
-                              comm->comm, &req);
-    wait_all(1, &req);
-    return ncclSuccess;
-}
-
-ncclResult_t ncclBroadcast(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t type,
-                           int root, ncclComm_t comm, cudaStream_t) {
-    if (!comm || type != ncclFloat || root < 0 || root >= comm->size) return ncclInvalidArgument;
-    if (!floats_on_device(recvbuf, count) ||
-        (comm->rank == root && !floats_on_device(sendbuf, count)))
-        return ncclInvalidArgument;
-    if (comm->rank == root && sendbuf != recvbuf) memmove(recvbuf, sendbuf, count * sizeof(float));
-    MPI_Request req;
-    MPI_Ibcast(recvbuf, mpi_count(count), MPI_FLOAT, root, comm->comm, &req);
-    wait_all(1, &req);
-    return ncclSuccess;
-}
-
 // point-to-point: inside ncclGroupStart/End the calls are posted together at the end
 struct PendingP2P {
     bool is_send;
