@@ -37,14 +37,14 @@ static const char *parse_args(int argc, char **argv) {
     return config;
 }
 
-// local rank -> device: ranks that share a node (and its GPUs) are found by MPI
-static int local_rank(void) {
+// The ranks that share this node (its GPUs, its cores), found by MPI: this rank's place among
+// them picks its device, and their number shares the node's peak for MFU
+static void node_ranks(int *local_rank, int *ranks_on_node) {
     MPI_Comm node;
-    int rank;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    mpiCheck(MPI_Comm_rank(node, &rank));
+    mpiCheck(MPI_Comm_rank(node, local_rank));
+    mpiCheck(MPI_Comm_size(node, ranks_on_node));
     mpiCheck(MPI_Comm_free(&node));
-    return rank;
 }
 
 // picotron's train_step without a pipeline: accumulate grad_acc micro-batches, each loss scaled
@@ -82,12 +82,11 @@ static double flops_per_token(const Config *c) {
     return 6 * params + 12.0 * c->num_hidden_layers * HD * c->seq_length;
 }
 
-// one line per step in picotron's format
+// one line per step in picotron's format; peak: FLOP/s of one rank's device (0: unknown)
 static void log_step(const Model *model, int step, float loss, long tokens_per_step,
-                     long tokens_seen, double seconds, int world_size) {
+                     long tokens_seen, double seconds, int world_size, double peak) {
     char batch[32], tps[32], tps_device[32], seen[32];
     double tokens_per_second = tokens_per_step / seconds;
-    double peak = model->cfg.peak_flops > 0 ? model->cfg.peak_flops : device_peak_flops();
     double mfu = peak > 0
                      ? 100.0 * tokens_per_second / world_size * flops_per_token(&model->cfg) / peak
                      : 0.0;
@@ -106,15 +105,14 @@ int main(int argc, char **argv) {
     Config cfg;
     config_load(&cfg, config_path);
     config_validate(&cfg);
-    // picotron exports the config's environment section; BLIS reads OMP_NUM_THREADS at its first
-    // call, the OpenMP runtime read it before main, so it is told directly
-    char threads[16];
-    snprintf(threads, sizeof threads, "%d", cfg.omp_num_threads);
-    setenv("OMP_NUM_THREADS", threads, 1);
+    // picotron exports the config's environment section; the OpenMP runtime read
+    // OMP_NUM_THREADS before main, so it is told directly (BLIS runs inside our threads)
     omp_set_num_threads(cfg.omp_num_threads);
 
     // the device first: NCCL binds each communicator to the GPU current when it is made
-    backend_init(local_rank());
+    int local_rank, ranks_on_node;
+    node_ranks(&local_rank, &ranks_on_node);
+    backend_init(local_rank);
     backend_set_dtype(cfg.dtype);
     comm_set_backend(cfg.backend);
     ProcessGroupManager pgm;
@@ -158,7 +156,10 @@ int main(int argc, char **argv) {
     FILE *metrics = logger && cfg.metrics_file[0]
                         ? xfopen(cfg.metrics_file, cfg.load_path[0] ? "a" : "w")
                         : NULL;
-    if (logger) device_peak_flops(); // measured (CPU) before the ranks compete for the cores
+    // measured (CPU) while the other ranks wait, napping, instead of competing for the cores
+    barrier(&pgm.world);
+    double peak = cfg.peak_flops > 0 ? cfg.peak_flops : logger ? device_peak_flops(ranks_on_node) : 0;
+    barrier(&pgm.world);
     int steps_run = 0;
     for (int step = first_step; step <= cfg.total_train_steps; step++) {
         if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;
@@ -176,7 +177,7 @@ int main(int argc, char **argv) {
         tokens_seen += tokens_per_step;
         steps_run++;
         if (logger)
-            log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size);
+            log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size, peak);
         if (logger && metrics) {
             fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f}\n",
                     step, loss, tokens_seen, seconds);

@@ -2,7 +2,9 @@
 // the GPU build's "mpi" backend). Included by backend/cpu/comm_mpi.c and backend/cuda/comm_nccl.cu.
 #pragma once
 #include <limits.h>
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 #include "backend/comm.h"
 #include "utils.h"
 
@@ -15,6 +17,24 @@ static inline int mpi_count(size_t n, const char *what) {
         FAIL("split the buffer: one MPI call moves at most 2^31-1 floats",
              "%s of %zu floats exceeds INT_MAX", what, n);
     return (int)n;
+}
+
+// What a wait does between two polls. The first polls yield the core: the rank waited for may be
+// ready to run on it, and a short wait (an all-reduce among busy peers) ends soonest this way. A
+// wait that goes on (a pipeline stage waiting for its neighbour's whole forward) naps, doubling up
+// to NAP_MAX_US: with more ranks than cores, ranks that only poll would otherwise take turns on
+// the cores with the ranks that compute.
+#define YIELD_POLLS 64
+#define NAP_MAX_US  200
+static inline void wait_pause(int polls) {
+    if (polls < YIELD_POLLS) {
+        sched_yield();
+        return;
+    }
+    int doublings = polls - YIELD_POLLS;
+    long us = doublings < 8 ? 1L << doublings : NAP_MAX_US;
+    struct timespec nap = {0, (us < NAP_MAX_US ? us : NAP_MAX_US) * 1000L};
+    nanosleep(&nap, NULL);
 }
 
 // a handle with nothing in flight: comm_wait() on it returns at once

@@ -8,17 +8,41 @@
 # large: hidden 512, intermediate 1536, 8 layers, 8 heads, 4 kv heads, vocab 256, tied, seq 256,
 #        micro-batch 8
 # Both sides time 10 steps after 3 warm-up steps; ./train's rate is the harmonic mean of the
-# Tokens/s of its logged steps 4..13 (total tokens over total step time).
+# Tokens/s of its logged steps 4..13 (total tokens over total step time), its MFU the mean of
+# their MFU (model FLOP/s over the measured FMA peak of the cores it uses).
+# PyTorch comes from the script's own virtual environment, bench/.venv (BENCH_VENV to use another),
+# created and filled with pip on the first run (about 6 GB: the default wheel carries CUDA's
+# libraries), so every run compares against the same pinned versions.
 cd "$(dirname "$0")/.." || exit 1
+TORCH_VERSION=2.15.0
+TRANSFORMERS_VERSION=5.24.0
+VENV=${BENCH_VENV:-bench/.venv}
 WARMUP=3
 STEPS=10
 THREADS=${THREADS:-"1 2"}
 which=${1:-all}
 case $which in tiny|large|all) ;; *) echo "usage: $0 [tiny|large|all]" >&2; exit 2 ;; esac
 
-if ! python3 -c "import torch, transformers" 2>/dev/null; then
-    echo "PyTorch/transformers not installed: pip install torch transformers" >&2
-    exit 1
+if ! "$VENV/bin/python" -c "import torch, transformers" 2>/dev/null; then
+    echo "installing torch==$TORCH_VERSION transformers==$TRANSFORMERS_VERSION into $VENV"
+    { python3 -m venv "$VENV" &&
+      "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION"; } ||
+        { echo "could not install PyTorch into $VENV (pip needs PyPI)" >&2; exit 1; }
+fi
+PYTHON=$VENV/bin/python
+"$PYTHON" - <<'PY'
+import re, torch, transformers
+blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+mkl = re.search(r"Math Kernel Library Version ([^ ]+)", torch.__config__.show())
+print("PyTorch %s, transformers %s, BLAS %s %s, CPU capability %s" % (
+    torch.__version__, transformers.__version__, blas.group(1) if blas else "?",
+    mkl.group(1) if mkl else "", torch.backends.cpu.get_cpu_capability()))
+PY
+if [ -x ./train ]; then
+    blis=$(ldd ./train | awk '/libblis/ {print $3}')
+    echo "./train: BLIS $(dpkg-query -W -f='${Version}' libblis4 2>/dev/null || echo '?')" \
+         "($(readlink -f "$blis")), kernels: ${BLIS_ARCH_TYPE:-skx on AVX-512 CPUs}," \
+         "threads: ours (backend/cpu/matmul.c)"
 fi
 have_c=1
 if [ ! -x ./train ] || [ ! -x ./create_config ]; then
@@ -35,7 +59,7 @@ c_tokens_per_s() {   # name threads args...
     ./create_config --out_dir "$tmp" --exp_name "$name" --model_name picotron-tiny \
         --grad_acc_steps 1 --total_train_steps $((WARMUP + STEPS)) --use_cpu --overwrite "$@" \
         >"$tmp/create.log" 2>&1 || { cat "$tmp/create.log" >&2; return 1; }
-    # train takes its thread count from the config (omp_set_num_threads); BLIS reads the variable
+    # train takes its thread count from the config (omp_set_num_threads)
     python3 - "$tmp/$name/config.json" "$threads" <<'PY'
 import json, sys
 path, threads = sys.argv[1], int(sys.argv[2])
@@ -48,12 +72,13 @@ PY
     python3 - "$tmp/train.log" "$WARMUP" <<'PY'
 import re, sys
 scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+log = open(sys.argv[1]).read()
 rates = [float(m.group(1)) * scale[m.group(2)]
-         for m in re.finditer(r"Tokens/s:\s*([0-9.]+)([KMBT]?)\s", open(sys.argv[1]).read())]
-rates = rates[int(sys.argv[2]):]
+         for m in re.finditer(r"Tokens/s:\s*([0-9.]+)([KMBT]?)\s", log)][int(sys.argv[2]):]
+mfus = [float(m) for m in re.findall(r"MFU:\s*([0-9.]+)%", log)][int(sys.argv[2]):]
 if not rates:
     sys.exit("no Tokens/s lines after the warm-up in ./train's log")
-print("%.1f" % (len(rates) / sum(1 / r for r in rates)))
+print("%.1f %.1f%%" % (len(rates) / sum(1 / r for r in rates), sum(mfus) / len(mfus)))
 PY
 }
 
@@ -61,18 +86,18 @@ run_case() {   # name, then the flags shared by create_config and pytorch_step.p
     local name=$1
     shift
     echo "== $name: $*"
-    printf "%-8s %14s %14s %10s\n" threads "C tokens/s" "torch tokens/s" "C/torch"
+    printf "%-8s %14s %8s %14s %10s\n" threads "C tokens/s" "C MFU" "torch tokens/s" "C/torch"
     for n in $THREADS; do
-        local pt c=n/a ratio=n/a
-        pt=$(python3 bench/pytorch_step.py --threads "$n" --warmup $WARMUP --steps $STEPS "$@" |
+        local pt c=n/a mfu=n/a ratio=n/a
+        pt=$("$PYTHON" bench/pytorch_step.py --threads "$n" --warmup $WARMUP --steps $STEPS "$@" |
              awk '/^pytorch tokens\/s:/ {print $3}')
         if [ $have_c = 1 ]; then
-            c=$(c_tokens_per_s "$name" "$n" "$@") || c=failed
+            read -r c mfu < <(c_tokens_per_s "$name" "$n" "$@") || c=failed
         fi
         if [[ $c =~ ^[0-9.]+$ && $pt =~ ^[0-9.]+$ ]]; then
             ratio=$(python3 -c "print('%.2f' % ($c / $pt))")
         fi
-        printf "%-8s %14s %14s %10s\n" "$n" "$c" "${pt:-failed}" "$ratio"
+        printf "%-8s %14s %8s %14s %10s\n" "$n" "${c:-failed}" "${mfu:-n/a}" "${pt:-failed}" "$ratio"
     done
 }
 

@@ -15,6 +15,24 @@
 
 #define TILE 64
 
+// The threads' scratch, kept from call to call and grown when a larger block comes: allocating
+// it per call had the kernel clear fresh pages for every layer of every step. Grown here, outside
+// the threads, so a failing malloc can end the job.
+typedef struct {
+    float *ptr;
+    size_t n;
+} Scratch;
+static Scratch forward_scratch, backward_scratch;
+
+static float *scratch_floats(Scratch *s, size_t n) {
+    if (n > s->n) {
+        free(s->ptr);
+        s->ptr = xmalloc(n * sizeof(float));
+        s->n = n;
+    }
+    return s->ptr;
+}
+
 // The keys [*j0, *j1) hold every key that some query of the tile sees: with ordered positions
 // the future of the tile is skipped, which halves the work of a causal block.
 static void visible_keys(int *j0, int *j1, const int *q_pos, int rows, const int *k_pos, int Tk) {
@@ -32,9 +50,8 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                              int KV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
-    // each thread's scratch, allocated here: a failing malloc must not end the job from a thread
     size_t per_thread = (size_t)TILE * Tk + (size_t)TILE * D;
-    float *scratch = xmalloc(omp_get_max_threads() * per_thread * sizeof(float));
+    float *scratch = scratch_floats(&forward_scratch, omp_get_max_threads() * per_thread);
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) scores, then probs
@@ -93,7 +110,6 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
             }
         }
     }
-    free(scratch);
 }
 
 // delta (B, H, T) = rowsum(dout * out): the softmax backward's sum_j p_j dp_j, per query row
@@ -121,7 +137,7 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
     size_t per_thread = 2 * (size_t)TILE * Tk;
-    float *scratch = xmalloc(omp_get_max_threads() * per_thread * sizeof(float));
+    float *scratch = scratch_floats(&backward_scratch, omp_get_max_threads() * per_thread);
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) probabilities
@@ -175,5 +191,4 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
             }
         }
     }
-    free(scratch);
 }

@@ -2,10 +2,10 @@
 // Every call is non-blocking underneath (MPI_I*) and ends in comm_wait(), which tests and yields.
 // Why: MPICH busy-polls inside its blocking calls, so with 8 ranks on 2 cores a rank that waits
 // steals the core from the rank it waits for, and a 1-float all-reduce gets 5-100x slower
-// (bench/bench_wait.c measures it). MPI_Testall + sched_yield hands the core over instead.
+// (bench/bench_wait.c measures it). MPI_Testall + wait_pause (comm_common.h: yield, then short
+// naps) hands the core over instead.
 // A group of one rank does no MPI at all: the call is a copy (or nothing) and the handle is done.
 #include "backend/comm_common.h"
-#include <sched.h>
 
 void comm_set_backend(const char *name) {
     if (strcmp(name, "mpi") != 0)
@@ -32,13 +32,13 @@ void group_free(Group *g) {
 }
 
 void comm_wait(Handle *h) {
-    for (;;) {
+    for (int polls = 0;; polls++) {
         int done = 0;
         MPI_Status status[2]; // not MPI_STATUSES_IGNORE: gcc mistakes it for a 0-byte array
         if (h->count == 0) break;
         mpiCheck(MPI_Testall(h->count, h->req, &done, status));
         if (done) break;
-        sched_yield(); // let the rank we are waiting for run on this core
+        wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;
     if (h->avg_buf) {

@@ -1,8 +1,10 @@
 // Device memory on the CPU: the device is the host, so allocations are aligned host memory and
 // every copy is a memcpy. The peak FLOP/s for MFU is measured, not looked up in a table.
+#define _GNU_SOURCE // sched_getaffinity
 #include "backend/backend.h"
 #include "utils.h"
-#include <cblas.h>
+#include <omp.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -54,13 +56,43 @@ size_t device_memory_used(void) {
     return (size_t)usage.ru_maxrss * 1024; // Linux reports kilobytes
 }
 
-// A CPU has no datasheet number we could trust across machines, so the peak is the best
-// single-precision GEMM rate this process reaches with the threads BLIS gives it: MFU then
-// says how close training gets to the fastest kernel this CPU runs. PICOTRON_PEAK_FLOPS
-// overrides it (e.g. to compare with a vendor figure).
-double device_peak_flops(void) {
-    static double peak = 0.0;
-    if (peak > 0.0) return peak;
+// One core's peak: independent chains of vector FMAs that never leave the registers, in the widest
+// vectors this build uses (AVX-512 under -march=native on such a CPU). No real kernel beats it,
+// as no GPU kernel beats the datasheet's dense peak.
+typedef float FloatVector __attribute__((vector_size(64)));
+static double core_fma_peak(void) {
+    FloatVector x, y;
+    for (int i = 0; i < 16; i++) x[i] = 0.999f, y[i] = 1e-3f;
+    // 12 independent chains: enough in flight to hide the FMA latency on two ports
+    FloatVector a0 = x, a1 = x, a2 = x, a3 = x, a4 = x, a5 = x, a6 = x, a7 = x, a8 = x, a9 = x,
+                a10 = x, a11 = x;
+    const long iters = 1 << 20;
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_seconds();
+        for (long i = 0; i < iters; i++) {
+            a0 = a0 * x + y, a1 = a1 * x + y, a2 = a2 * x + y, a3 = a3 * x + y;
+            a4 = a4 * x + y, a5 = a5 * x + y, a6 = a6 * x + y, a7 = a7 * x + y;
+            a8 = a8 * x + y, a9 = a9 * x + y, a10 = a10 * x + y, a11 = a11 * x + y;
+            // the chains stay in registers, one FMA each per iteration, in this order
+            __asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),
+                    "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+        }
+        double dt = now_seconds() - t0;
+        if (dt < best) best = dt;
+    }
+    FloatVector sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+    if (sum[0] != sum[0]) FAIL("", "the FMA chains overflowed");
+    return 2.0 * 16 * 12 * iters / best;
+}
+
+// The peak this rank may count on, so that MFU means what it means on a GPU: the cores its node
+// gives the job (one per thread, no more than the node has) shared among the node's ranks. With
+// 8 one-thread ranks on 2 cores each rank's peak is a quarter core, and the ranks' peaks add up to
+// the 2-core peak. Measured once (train.c measures it while the other ranks wait);
+// PICOTRON_PEAK_FLOPS (this rank's share, FLOP/s) overrides it.
+double device_peak_flops(int ranks_on_node) {
+    static double core = 0.0;
     const char *env = getenv("PICOTRON_PEAK_FLOPS");
     if (env && env[0]) {
         char *end;
@@ -69,28 +101,12 @@ double device_peak_flops(void) {
             user_error("PICOTRON_PEAK_FLOPS = '%s' is not a positive number of FLOP/s "
                        "(e.g. 1e12), unset it to measure the CPU instead",
                        env);
-        peak = value;
-        return peak;
+        return value;
     }
-    const int n = 512;
-    float *a = xmalloc((size_t)n * n * sizeof(float));
-    float *b = xmalloc((size_t)n * n * sizeof(float));
-    float *c = xmalloc((size_t)n * n * sizeof(float));
-    for (size_t i = 0; i < (size_t)n * n; i++) {
-        a[i] = (float)(i % 7) * 0.1f;
-        b[i] = (float)(i % 5) * 0.1f;
-    }
-    double best = 1e30;
-    for (int rep = 0; rep < 10; rep++) { // the first run warms caches and BLIS's threads
-        double t0 = now_seconds();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
-                    n);
-        double dt = now_seconds() - t0;
-        if (dt < best) best = dt;
-    }
-    free(a);
-    free(b);
-    free(c);
-    peak = 2.0 * n * n * n / best;
-    return peak;
+    if (core == 0.0) core = core_fma_peak();
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    int ranks = ranks_on_node > 0 ? ranks_on_node : 1;
+    double used = (double)ranks * omp_get_max_threads();
+    return core * (used < cores ? used : cores) / ranks;
 }

@@ -12,7 +12,10 @@
 //          host -> device), so several ranks can share one GPU, which NCCL refuses.
 // Every wait on the host tests and yields (sched_yield), as the CPU build does: MPICH's
 // blocking calls busy-poll and starve the rank being waited for when ranks share cores.
-// A group of one rank does no communication at all: each call is a copy or nothing.
+// A group of one rank does no communication at all: each call is a copy or nothing; except with
+// PICOTRON_NCCL_GROUP_OF_ONE=1 and "nccl", which gives such a group an NCCL communicator of one
+// rank and sends its all-reduces through NCCL (the group's stream and events for the *_start
+// calls), so NCCL's loading and streams run on a machine with one GPU (tests/gpu/check.sh).
 // common.h first: it includes the C headers inside extern "C"
 #include "backend/cuda/common.h"
 #include "backend/comm_common.h"
@@ -80,7 +83,9 @@ void group_init(Group *g, MPI_Comm comm) {
     mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(comm, &g->rank));
     mpiCheck(MPI_Comm_size(comm, &g->size));
-    if (g->size == 1 || !use_nccl) return;
+    const char *one = getenv("PICOTRON_NCCL_GROUP_OF_ONE");
+    int nccl_for_one = one && strcmp(one, "1") == 0;
+    if (!use_nccl || (g->size == 1 && !nccl_for_one)) return;
     if (!device_selected)
         FAIL("call backend_init(local_rank) before process_group_manager_init",
              "an NCCL communicator binds to the current GPU, and none was selected yet");
@@ -157,13 +162,13 @@ void comm_wait(Handle *h) {
         while (!nccl_op_done(op)) sched_yield();
         cudaCheck(cudaEventDestroy(op->done));
     }
-    for (;;) {
+    for (int polls = 0;; polls++) {
         int done = 0;
         MPI_Status status[2];
         if (h->count == 0) break;
         mpiCheck(MPI_Testall(h->count, h->req, &done, status));
         if (done) break;
-        sched_yield(); // let the rank we are waiting for run on this core
+        wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;
     if (op) {
@@ -198,7 +203,9 @@ static ncclRedOp_t nccl_op(ReduceOp op) {
 
 static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int async) {
     Handle h = handle_done();
-    if (g->size == 1 || n == 0) return h; // the sum, mean and max of one copy is that copy
+    // the sum, mean and max of one copy is that copy (through NCCL all the same if it has a
+    // communicator: PICOTRON_NCCL_GROUP_OF_ONE)
+    if (n == 0 || (g->size == 1 && !g->nccl)) return h;
     if (op == REDUCE_AVG) {
         h.avg_buf = buf;
         h.avg_n = n;

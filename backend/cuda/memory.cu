@@ -207,8 +207,10 @@ static const PeakFlops peak_table[] = {
 };
 
 // PICOTRON_PEAK_FLOPS (FLOP/s) overrides the table; an unknown GPU without it gives 0 (no MFU)
-// after one line saying how to set it.
-double device_peak_flops(void) {
+// after one line saying how to set it. A rank has a GPU of its own (NCCL's rule): ranks_on_node
+// does not change its peak (ranks that share one GPU through "mpi" each report the whole peak).
+double device_peak_flops(int ranks_on_node) {
+    (void)ranks_on_node;
     const char *env = getenv("PICOTRON_PEAK_FLOPS");
     if (env && env[0]) {
         char *end;

@@ -418,7 +418,7 @@ int main(int argc, char **argv) {
     for (int kind = 0; kind < 3; kind++) test_init(kind, 300, 500, 7, 250, 1000);
     test_init(1, 2048, 2048, 0, 0, 2048); // the mismatch rate of normals over 4M elements
     size_t used = device_memory_used();
-    double peak = device_peak_flops();
+    double peak = device_peak_flops(1);
     int ok = used > 0;
     printf("  %-4s device_memory_used %.1f MiB, device_peak_flops %.4g\n", ok ? "ok" : "FAIL",
            used / 1048576.0, peak);
