@@ -39,45 +39,46 @@ static float *add_param(Model *model, float *base, const char *name, int rows, i
 // when tied). A layer's tensors are contiguous: data parallelism's buckets rely on it.
 static void layout_params(Model *model, ModelWeights *w, float *base) {
     const Config *c = &model->cfg;
-    int C = c->hidden_size, HD = c->num_attention_heads * model->D;
-    int KVD = c->num_key_value_heads * model->D, vocab = c->vocab_size;
-    int features = c->intermediate_size;
+    // the full model's sizes, by their config names (not the letters of this rank's shares)
+    int hidden = c->hidden_size, vocab = c->vocab_size, features = c->intermediate_size;
+    int q_features = c->num_attention_heads * model->D,
+        kv_features = c->num_key_value_heads * model->D;
     char n[96];
     model->num_tensors = 0;
     model->num_params = 0;
     if (model->stage.has_embedding || (model->stage.has_head && c->tie_word_embeddings))
-        w->embed_tokens =
-            add_param(model, base, "model.embed_tokens.weight", vocab, C, VOCAB_PARALLEL, NORMAL);
+        w->embed_tokens = add_param(model, base, "model.embed_tokens.weight", vocab, hidden,
+                                    VOCAB_PARALLEL, NORMAL);
     for (int l = 0; l < model->L; l++) {
         AttentionWeights *a = &w->layers[l].self_attn;
         MlpWeights *m = &w->layers[l].mlp;
 #define NAME(suffix)                                                                               \
     (snprintf(n, sizeof n, "model.layers.%d.%s", model->stage.layer0 + l, suffix), n)
         a->input_layernorm =
-            add_param(model, base, NAME("input_layernorm.weight"), 1, C, REPLICATED, CONSTANT);
-        a->q_proj = add_param(model, base, NAME("self_attn.q_proj.weight"), HD, C, COLUMN_PARALLEL,
-                              UNIFORM);
-        a->k_proj = add_param(model, base, NAME("self_attn.k_proj.weight"), KVD, C, COLUMN_PARALLEL,
-                              UNIFORM);
-        a->v_proj = add_param(model, base, NAME("self_attn.v_proj.weight"), KVD, C, COLUMN_PARALLEL,
-                              UNIFORM);
-        a->o_proj =
-            add_param(model, base, NAME("self_attn.o_proj.weight"), C, HD, ROW_PARALLEL, UNIFORM);
+            add_param(model, base, NAME("input_layernorm.weight"), 1, hidden, REPLICATED, CONSTANT);
+        a->q_proj = add_param(model, base, NAME("self_attn.q_proj.weight"), q_features, hidden,
+                              COLUMN_PARALLEL, UNIFORM);
+        a->k_proj = add_param(model, base, NAME("self_attn.k_proj.weight"), kv_features, hidden,
+                              COLUMN_PARALLEL, UNIFORM);
+        a->v_proj = add_param(model, base, NAME("self_attn.v_proj.weight"), kv_features, hidden,
+                              COLUMN_PARALLEL, UNIFORM);
+        a->o_proj = add_param(model, base, NAME("self_attn.o_proj.weight"), hidden, q_features,
+                              ROW_PARALLEL, UNIFORM);
         m->post_attention_layernorm = add_param(
-            model, base, NAME("post_attention_layernorm.weight"), 1, C, REPLICATED, CONSTANT);
-        m->gate_proj = add_param(model, base, NAME("mlp.gate_proj.weight"), features, C,
+            model, base, NAME("post_attention_layernorm.weight"), 1, hidden, REPLICATED, CONSTANT);
+        m->gate_proj = add_param(model, base, NAME("mlp.gate_proj.weight"), features, hidden,
                                  COLUMN_PARALLEL, UNIFORM);
-        m->up_proj = add_param(model, base, NAME("mlp.up_proj.weight"), features, C,
+        m->up_proj = add_param(model, base, NAME("mlp.up_proj.weight"), features, hidden,
                                COLUMN_PARALLEL, UNIFORM);
-        m->down_proj = add_param(model, base, NAME("mlp.down_proj.weight"), C, features,
+        m->down_proj = add_param(model, base, NAME("mlp.down_proj.weight"), hidden, features,
                                  ROW_PARALLEL, UNIFORM);
 #undef NAME
     }
     if (!model->stage.has_head) return;
-    w->norm = add_param(model, base, "model.norm.weight", 1, C, REPLICATED, CONSTANT);
-    w->lm_head = c->tie_word_embeddings
-                     ? w->embed_tokens
-                     : add_param(model, base, "lm_head.weight", vocab, C, VOCAB_PARALLEL, UNIFORM);
+    w->norm = add_param(model, base, "model.norm.weight", 1, hidden, REPLICATED, CONSTANT);
+    w->lm_head = c->tie_word_embeddings ? w->embed_tokens
+                                        : add_param(model, base, "lm_head.weight", vocab, hidden,
+                                                    VOCAB_PARALLEL, UNIFORM);
 }
 
 void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const ModelShard *shard,
