@@ -20,31 +20,28 @@ __attribute__((constructor)) static void choose_blis_kernels(void) {
     setenv("BLIS_NUM_THREADS", "1", 1);
 }
 
-#define ROW_ALIGN  32  // rows per share: a multiple of BLIS's skx micro-tile
-#define MIN_SHARE  128 // smaller shares run BLIS below its speed
+#define ROW_ALIGN 32 // rows per share: a multiple of BLIS's skx micro-tile
 
-// C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major. The rows go in shares of
-// about a quarter of a thread's part, handed out as threads come free: a thread slowed by another
-// program on its core then takes fewer of them.
+// C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major, one share of the rows per
+// thread
 static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads == 1 || M < 2 * MIN_SHARE) {
+    if (threads == 1 || M < 2 * ROW_ALIGN) {
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    int share = (M / (4 * threads) + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-    if (share < MIN_SHARE) share = MIN_SHARE;
-    int shares = (M + share - 1) / share;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int s = 0; s < shares; s++) {
-        int m0 = s * share, m = M - m0 < share ? M - m0 : share;
+    int share = ((M + threads - 1) / threads + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+#pragma omp parallel for
+    for (int t = 0; t < threads; t++) {
+        int m0 = t * share, m = M - m0 < share ? M - m0 : share;
         // row m0 of op(A): a row of A, or a column when A is stored transposed
         const float *A_rows = trans_a ? A + m0 : A + (size_t)m0 * lda;
-        cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, A_rows, lda, B, ldb, beta,
-                    C + (size_t)m0 * ldc, ldc);
+        if (m > 0)
+            cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, A_rows, lda, B, ldb, beta,
+                        C + (size_t)m0 * ldc, ldc);
     }
 }
 
