@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.." || exit 1
 LAYERS=${1:-8}
 MBS=${2:-4}
 STEPS=${3:-10}
-SEQ=1024
+SEQ=${SEQ:-1024}
 TRAIN=${PICOTRON_TRAIN:-./train} # the GPU emulator's: build-emu/bin/train
 if [ ! -x "$TRAIN" ] || ! grep -qa cudaMalloc "$TRAIN"; then
     echo "./train is missing or is the CPU build: run make GPU=1" >&2

@@ -36,6 +36,7 @@ echo "$(echo "$kernels" | wc -w) kernels in backend.h, each in tests/gpu/cpu_twi
 tree=$(mktemp -d /tmp/picotron_gpu_build.XXXXXX)
 trap 'rm -rf "$tree"' EXIT
 tar --exclude=./.git --exclude=./build --exclude=./build-gpu --exclude=./build-asan --exclude=./build-emu \
+    --exclude=./build-bundle --exclude=./bundle \
     --exclude=./tmp --exclude=./train --exclude=./create_config -cf - . | tar -xf - -C "$tree"
 start=$(date +%s)
 (cd "$tree" && make GPU=1 -j2 && bash tests/gpu/build_test.sh) >"$tree/build.log" 2>&1

@@ -5,8 +5,9 @@
 #   1. tests/gpu/check.sh, the script for a GPU machine, rehearsed on the emulator
 #      (PICOTRON_CHECK_GPU=emulate): build warning-free; every CUDA kernel against its CPU twin;
 #      the tiny model against the PyTorch fixture in fp32 and bf16; layouts dp2, tp2, pp2, cp2
-#      with the mpi backend against one rank; and, launches checked but not computed, a step of
-#      71680 tokens per micro-batch and the benchmark at SmolLM-1.7B's shape
+#      with the mpi backend against one rank; NCCL's all-reduces through a one-rank communicator;
+#      and, launches checked but not computed, a step of 71680 tokens per micro-batch and the
+#      benchmark at SmolLM-1.7B's shape (its prebuilt mode: tests/t_82_gpu_bundle.sh)
 #   2. the emulator itself runs correct CUDA exactly and refuses what a GPU gets wrong: a race on
 #      shared memory, grid.y = 65536, 64 KiB of shared memory without the attribute, a host
 #      pointer, a shuffle after lanes returned, a deadlocked barrier, a bad leading dimension;
@@ -29,14 +30,15 @@ tree=$(mktemp -d /tmp/picotron_emu.XXXXXX)
 log=$tree/.logs
 trap 'rm -rf "$tree"' EXIT
 tar --exclude=./.git --exclude=./build --exclude=./build-gpu --exclude=./build-asan \
-    --exclude=./build-emu --exclude=./tmp --exclude=./train --exclude=./create_config -cf - . |
+    --exclude=./build-emu --exclude=./build-bundle --exclude=./bundle --exclude=./tmp \
+    --exclude=./train --exclude=./create_config -cf - . |
     tar -xf - -C "$tree"
 cd "$tree" && mkdir -p "$log" || exit 1
 
 # 1. the GPU machine's script, rehearsed
 PICOTRON_CHECK_GPU=emulate timeout 900 bash tests/gpu/check.sh >"$log/check" 2>&1
 rc=$?
-grep -E '^(PASS|FAIL)|passed' "$log/check"
+grep -E '^(ok|FAIL)|passed' "$log/check"
 if [ $rc -ne 0 ] || ! tail -n 1 "$log/check" | grep -q ' 0 failed$'; then
     grep -E '^ {4}' "$log/check" | tail -n 30
     fail "tests/gpu/check.sh on the emulator (exit $rc)"

@@ -3,13 +3,16 @@
 #   build-gpu/tests/gpu/test_kernels_vs_cpu: the test program, the CUDA backend objects, and the
 #     CPU kernels backend/cpu/<kernel>.c renamed to cpu_<name> (the names listed in
 #     tests/gpu/cpu_twins.h), so each CUDA kernel can be run against its CPU twin in one process;
-#   build-gpu/tests/gpu/test_model_bf16: the tiny model with bf16 products against the fixture.
-# PICOTRON_GPU_BUILD=build-emu builds both against the CUDA emulator (`make GPU=emulate` first).
+#   build-gpu/tests/gpu/test_model_bf16: the tiny model with bf16 products against the fixture;
+#   build-gpu/tests/gpu/test_nccl_one_gpu: NCCL's all-reduces through a communicator of one rank.
+# PICOTRON_GPU_BUILD=build-emu builds them against the CUDA emulator (`make GPU=emulate` first).
 # `build_test.sh --emulate` instead builds build/tests/gpu/test_model_bf16_emulated from the CPU
 # build's objects (make first): the same test with every product's operands rounded to bf16 on
 # the CPU, which is how its tolerances were measured without a GPU.
+# OPT replaces the optimisation flags, as it does for the Makefile (tests/gpu/bundle.sh builds for
+# a portable target: OPT="-O2 -g -march=x86-64-v3").
 set -euo pipefail
-CFLAGS="-O2 -march=native -g -std=gnu11 -Wall -Wextra -fopenmp -I."
+CFLAGS="${OPT:--O2 -march=native -g} -std=gnu11 -Wall -Wextra -fopenmp -I."
 # the core objects of a build: every top-level object but the two programs'
 core_objs() {
     for obj in "$1"/*.o; do
@@ -51,6 +54,10 @@ mpicc $CFLAGS -c -o "$OUT/test_kernels_vs_cpu.o" tests/gpu/test_kernels_vs_cpu.c
 mpicc -o "$OUT/test_kernels_vs_cpu" "$OUT/test_kernels_vs_cpu.o" "${cpu_objs[@]}" \
     "$BUILD"/backend/cuda/*.o "$BUILD/utils.o" -lblis -lm -fopenmp "${CUDA_LIBS[@]}"
 echo "built $OUT/test_kernels_vs_cpu"
+# shellcheck disable=SC2086
+mpicc $CFLAGS -DPICOTRON_GPU -o "$OUT/test_nccl_one_gpu" tests/gpu/test_nccl_one_gpu.c \
+    "$BUILD"/backend/cuda/*.o "$BUILD/utils.o" -lm -fopenmp "${CUDA_LIBS[@]}"
+echo "built $OUT/test_nccl_one_gpu"
 # shellcheck disable=SC2086,SC2046
 mpicc $CFLAGS -DPICOTRON_GPU -o "$OUT/test_model_bf16" tests/gpu/test_model_bf16.c \
     $(core_objs "$BUILD") "$BUILD"/backend/cuda/*.o $(pkg-config --libs libcjson) -lm \
