@@ -577,8 +577,8 @@ static void test_elementwise_and_memory(void) {
     check("device_peak_flops > 0 and the same again",
           peak > 0 && device_peak_flops(1) == peak ? 0.0 : 1.0, 0.0);
     // The peak is one rank's (all its threads' cores): no kernel may beat it, and BLIS's GEMM,
-    // the fastest kernel there is, must come near it. A peak off by a factor (FLOPs per FMA
-    // counted once, vectors half as wide) fails one side.
+    // the fastest kernel there is, must come near it (72 to 85% here). A peak off by a factor
+    // (FLOPs per FMA counted once, vectors half as wide, chains the compiler merged) fails one side.
     const int n = 512;
     float *a = xmalloc((size_t)n * n * sizeof(float)), *b = xmalloc((size_t)n * n * sizeof(float));
     float *c = xmalloc((size_t)n * n * sizeof(float));
@@ -592,7 +592,7 @@ static void test_elementwise_and_memory(void) {
     double gemm = 2.0 * n * n * n / best;
     printf("512^3 SGEMM %.3g FLOP/s = %.0f%% of the peak\n", gemm, 100 * gemm / peak);
     check("SGEMM rate / peak <= 1.05", gemm / peak, 1.05);
-    check("peak / SGEMM rate <= 4 (the peak is not inflated)", peak / gemm, 4.0);
+    check("peak / SGEMM rate <= 1.6 (the peak is not inflated)", peak / gemm, 1.6);
     free(a), free(b), free(c);
     device_free(dev), device_free(dev2);
     free(x), free(y), free(y0), free(z);

@@ -63,9 +63,11 @@ typedef float FloatVector __attribute__((vector_size(64)));
 static double core_fma_peak(void) {
     FloatVector x, y;
     for (int i = 0; i < 16; i++) x[i] = 0.999f, y[i] = 1e-3f;
-    // 12 independent chains: enough in flight to hide the FMA latency on two ports
-    FloatVector a0 = x, a1 = x, a2 = x, a3 = x, a4 = x, a5 = x, a6 = x, a7 = x, a8 = x, a9 = x,
-                a10 = x, a11 = x;
+    // 12 independent chains, enough in flight to hide the FMA latency on two ports; each starts
+    // elsewhere, or the compiler would see they are equal and compute one
+    FloatVector a0 = x * 0.1f, a1 = x * 0.2f, a2 = x * 0.3f, a3 = x * 0.4f, a4 = x * 0.5f,
+                a5 = x * 0.6f, a6 = x * 0.7f, a7 = x * 0.8f, a8 = x * 0.9f, a9 = x * 1.1f,
+                a10 = x * 1.2f, a11 = x * 1.3f;
     const long iters = 1 << 20;
     double best = 1e30;
     for (int rep = 0; rep < 5; rep++) {
@@ -74,9 +76,6 @@ static double core_fma_peak(void) {
             a0 = a0 * x + y, a1 = a1 * x + y, a2 = a2 * x + y, a3 = a3 * x + y;
             a4 = a4 * x + y, a5 = a5 * x + y, a6 = a6 * x + y, a7 = a7 * x + y;
             a8 = a8 * x + y, a9 = a9 * x + y, a10 = a10 * x + y, a11 = a11 * x + y;
-            // the chains stay in registers, one FMA each per iteration, in this order
-            __asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),
-                    "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
         }
         double dt = now_seconds() - t0;
         if (dt < best) best = dt;
