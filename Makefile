@@ -89,7 +89,7 @@ test: deps
 # stand in for ./train and ./create_config during the run, then go (the next make relinks)
 ASAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 test-asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" SANITIZE="$(ASAN)" \
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -march=native" SANITIZE="$(ASAN)" \
 	    build-asan/bin/train build-asan/bin/create_config \
 	    $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
 	@cp build-asan/bin/train build-asan/bin/create_config .
