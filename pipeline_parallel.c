@@ -38,18 +38,16 @@ int pipeline_num_slots(const Config *cfg, int stage) {
 
 void pipeline_parallel_init(PipelineParallel *pipe, Model *model, DataParallel *dp,
                             MicroBatchDataLoader *loader, ProcessGroupManager *pgm) {
+    *pipe = (PipelineParallel){.model = model, .dp = dp, .loader = loader, .pgm = pgm};
+    if (pgm->pp_size == 1) return; // one stage: nothing travels, train.c's train_step runs it
     size_t bytes = (size_t)model->B * model->T * model->C * sizeof(float);
-    *pipe = (PipelineParallel){.model = model,
-                               .dp = dp,
-                               .loader = loader,
-                               .pgm = pgm,
-                               .input_tensor_grad = device_malloc(bytes),
-                               .output_tensor_grad = device_malloc(bytes)};
+    pipe->input_tensor_grad = device_malloc(bytes);
+    pipe->output_tensor_grad = device_malloc(bytes);
 }
 
 void pipeline_parallel_free(PipelineParallel *pipe) {
-    device_free(pipe->input_tensor_grad);
-    device_free(pipe->output_tensor_grad);
+    if (pipe->input_tensor_grad) device_free(pipe->input_tensor_grad);
+    if (pipe->output_tensor_grad) device_free(pipe->output_tensor_grad);
 }
 
 static size_t activation_size(const PipelineParallel *pipe) {

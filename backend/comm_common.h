@@ -31,9 +31,8 @@ static inline void wait_pause(int polls) {
         sched_yield();
         return;
     }
-    int doublings = polls - YIELD_POLLS;
-    long us = doublings < 8 ? 1L << doublings : NAP_MAX_US;
-    struct timespec nap = {0, (us < NAP_MAX_US ? us : NAP_MAX_US) * 1000L};
+    int doublings = polls - YIELD_POLLS; // 1, 2, 4, ... 128 us, then NAP_MAX_US
+    struct timespec nap = {0, (doublings < 8 ? 1L << doublings : NAP_MAX_US) * 1000L};
     nanosleep(&nap, NULL);
 }
 
