@@ -40,7 +40,7 @@ else
 endif
 
 CORE_SRC = utils.c config.c data.c model.c model_memory.c optimizer.c process_group_manager.c data_parallel.c \
-           tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c
+           tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c safetensors.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))

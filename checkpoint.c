@@ -1,86 +1,486 @@
-// Checkpoints of the flat buffers, one file per rank, with the table that names each range.
+// Checkpoints: Hugging Face safetensors of the full tensors, each rank's blocks at their offsets,
+// committed by one rename; and Hugging Face weights read the same way.
 #include "checkpoint.h"
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "backend/backend.h"
+#include "safetensors.h"
 #include "utils.h"
 
-#define CHECKPOINT_MAGIC 0x50434b50u // "PCKP"
+// the three flat buffers of a checkpoint: the parameters, then AdamW's two moments
+enum { NUM_PARTS = 3 };
+static const struct {
+    const char *file, *suffix;
+} PARTS[NUM_PARTS] = {{"model.safetensors", ""},
+                      {"optimizer.safetensors", ".exp_avg"},
+                      {"optimizer.safetensors", ".exp_avg_sq"}};
 
-static void rank_path(char *path, size_t size, const char *dir, int rank) {
-    snprintf(path, size, "%s/rank_%05d.bin", dir, rank);
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
 }
 
-void checkpoint_save(const Model *model, const Optimizer *opt, const char *dir, int step) {
-    if (make_dirs(dir) != 0)
-        FAIL("set checkpoint.save_dir to a folder you can write", "cannot create %s: %s", dir,
+// A tensor's checksum that ranks holding disjoint blocks of it can add up: each element's bits
+// hashed with its index in the full tensor, summed mod 2^64. Any flipped bit changes it.
+static uint64_t checksum_block(const float *block, const ParamInfo *p) {
+    uint64_t sum = 0;
+    for (int r = 0; r < p->rows; r++)
+        for (int c = 0; c < p->cols; c++) {
+            uint32_t bits;
+            memcpy(&bits, &block[(size_t)r * p->cols + c], sizeof bits);
+            uint64_t index = (uint64_t)(p->row0 + r) * p->global_cols + p->col0 + c;
+            sum += splitmix64(index << 32 | bits);
+        }
+    return sum;
+}
+
+// The rank that writes p's block, and counts it in the checksum: one copy of every element in the
+// job (the first dp and cp replica; one tp rank for the norms; the first stage's tied embedding)
+static int owns_block(const Model *model, const ParamInfo *p) {
+    return model->pgm->dp_rank == 0 && model->pgm->cp_rank == 0 &&
+           model_param_counts_once(model, p);
+}
+
+static int full_index(const ParamInfo *full, int n, const char *name) {
+    for (int j = 0; j < n; j++)
+        if (strcmp(full[j].name, name) == 0) return j;
+    FAIL("a tensor of this rank is not in the whole model's table", "unknown tensor %s", name);
+}
+
+// p's tensor (of the given part) in whichever file holds it, its shape checked against p's
+static const SafetensorsTensor *find_tensor(const SafetensorsFile **file,
+                                            const SafetensorsFile *files, int num_files,
+                                            const ParamInfo *p, int part) {
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", p->name, PARTS[part].suffix);
+    for (int i = 0; i < num_files; i++) {
+        const SafetensorsTensor *t = safetensors_find(&files[i], name);
+        if (!t) continue;
+        if (t->rows != p->global_rows || t->cols != p->global_cols)
+            user_error("checkpoint error: %s holds %s as %ld x %ld, this config's is %d x %d (the "
+                       "architecture must match)",
+                       files[i].path, name, t->rows, t->cols, p->global_rows, p->global_cols);
+        *file = &files[i];
+        return t;
+    }
+    user_error("checkpoint error: %s has no tensor %s (saved from another architecture?)",
+               files[0].path, name);
+}
+
+// reads this rank's block of every tensor of one part into host (num_params); with sums, adds the
+// checksum of each block this rank owns at its whole-model index
+static void read_part(float *host, const Model *model, const SafetensorsFile *files, int num_files,
+                      int part, uint64_t *sums, const ParamInfo *full, int n) {
+    for (int i = 0; i < model->num_tensors; i++) {
+        const ParamInfo *p = &model->table[i];
+        const SafetensorsFile *f;
+        const SafetensorsTensor *t = find_tensor(&f, files, num_files, p, part);
+        safetensors_read_block(host + p->offset, f, t, p);
+        if (sums && owns_block(model, p))
+            sums[part * n + full_index(full, n, p->name)] = checksum_block(host + p->offset, p);
+    }
+}
+
+// The architecture keys that change the numbers must match; one line names the first that does not
+static void check_architecture(const Config *cfg, const char *folder, const char *who) {
+    Config saved = *cfg;
+    config_read_hf(&saved, folder, who);
+    const struct {
+        const char *key;
+        double saved, current;
+    } keys[] = {
+        {"hidden_size", saved.hidden_size, cfg->hidden_size},
+        {"intermediate_size", saved.intermediate_size, cfg->intermediate_size},
+        {"num_hidden_layers", saved.num_hidden_layers, cfg->num_hidden_layers},
+        {"num_attention_heads", saved.num_attention_heads, cfg->num_attention_heads},
+        {"num_key_value_heads", saved.num_key_value_heads, cfg->num_key_value_heads},
+        {"vocab_size", saved.vocab_size, cfg->vocab_size},
+        {"tie_word_embeddings", saved.tie_word_embeddings, cfg->tie_word_embeddings},
+        {"rope_theta", saved.rope_theta, cfg->rope_theta},
+        {"rms_norm_eps", saved.rms_norm_eps, cfg->rms_norm_eps},
+    };
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (keys[k].saved != keys[k].current)
+            user_error("checkpoint error: %s has %s = %g, this config has %g (the architecture "
+                       "must match: ./create_config --model_config %s writes a config with it)",
+                       folder, keys[k].key, keys[k].saved, keys[k].current, folder);
+}
+
+// the architecture in 16 hex digits, kept in state.json beside config.json's keys
+static void architecture_fingerprint(char out[17], const Config *c) {
+    char text[256];
+    snprintf(text, sizeof text, "llama %d %d %d %d %d %d %d %.9g %.9g", c->hidden_size,
+             c->intermediate_size, c->num_hidden_layers, c->num_attention_heads,
+             c->num_key_value_heads, c->vocab_size, c->tie_word_embeddings, c->rope_theta,
+             c->rms_norm_eps);
+    snprintf(out, 17, "%016llx", (unsigned long long)hash_string(text));
+}
+
+static long samples_per_step(const Config *c) {
+    return (long)c->micro_batch_size * c->gradient_accumulation_steps * c->dp_size;
+}
+
+// ---------------------------------------------------------------------------------------------
+// files that are whole or absent
+
+static void write_synced(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
+        FAIL("is the disk full? checkpoint.save_dir must stay writable", "cannot write %s: %s",
+             path, strerror(errno));
+}
+
+static void sync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0 || close(fd) != 0)
+        FAIL("checkpoint.save_dir must stay writable", "cannot sync %s: %s", path, strerror(errno));
+}
+
+// a checkpoint folder and its files (checkpoints hold no subfolders)
+static void remove_checkpoint_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return;
+    char file[1400];
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+            if (unlink(file) != 0) FAIL("check its permissions", "cannot remove %s", file);
+        }
+    closedir(d);
+    if (rmdir(path) != 0) FAIL("check its permissions", "cannot remove %s", path);
+}
+
+static int lock_fd = -1;
+
+// rank 0: why save_dir cannot be this run's, or "" once it holds the lock
+static void take_lock(char *why, size_t size, const char *save_dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/.lock", save_dir);
+    if (make_dirs(save_dir) != 0 || (lock_fd = open(path, O_RDWR | O_CREAT, 0644)) < 0) {
+        snprintf(why, size,
+                 "checkpoint error: cannot write in checkpoint.save_dir %s: %s (name a folder you "
+                 "can write)",
+                 save_dir, strerror(errno));
+        return;
+    }
+    // flock, not a pid file: the kernel lets go when the holder dies, even by kill -9
+    if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char owner[256] = "";
+        ssize_t got = pread(lock_fd, owner, sizeof owner - 1, 0);
+        owner[got > 0 ? got : 0] = '\0';
+        owner[strcspn(owner, "\n")] = '\0';
+        snprintf(why, size,
+                 "checkpoint error: checkpoint.save_dir %s is in use by another run (%s); let it "
+                 "finish, or set another save_dir",
+                 save_dir, owner[0] ? owner : "owner unknown");
+        return;
+    }
+    char host[128] = "unknown", text[200];
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(text, sizeof text, "host %s pid %d\n", host, (int)getpid());
+    if (ftruncate(lock_fd, 0) != 0 || pwrite(lock_fd, text, len, 0) != len)
+        snprintf(why, size, "checkpoint error: cannot write %s: %s (is the disk full?)", path,
+                 strerror(errno));
+}
+
+void checkpoint_lock(const char *save_dir, ProcessGroupManager *pgm) {
+    char why[1400] = "";
+    if (pgm->global_rank == 0) take_lock(why, sizeof why, save_dir);
+    int failed = why[0] != '\0';
+    all_reduce_host(&failed, 1, MPI_INT, MPI_MAX, &pgm->world);
+    if (failed) user_error("%s", why); // rank 0 knows why and says it; all exit
+}
+
+// ---------------------------------------------------------------------------------------------
+// saving
+
+// rank 0: a fresh <step>.tmp/ with both files' headers (every tensor's place) and config.json
+static void begin_save(const char *tmp, const ParamInfo *full, int n, const Config *cfg) {
+    remove_checkpoint_dir(tmp); // what a killed save left
+    if (make_dirs(tmp) != 0)
+        FAIL("set checkpoint.save_dir to a folder you can write", "cannot create %s: %s", tmp,
              strerror(errno));
-    char path[1024];
-    rank_path(path, sizeof path, dir, model->pgm->global_rank);
-    FILE *f = xfopen(path, "wb");
-    uint32_t header[4] = {CHECKPOINT_MAGIC, 1, (uint32_t)step, (uint32_t)model->num_tensors};
-    xfwrite(header, sizeof header, 1, f);
-    xfwrite(model->table, sizeof(ParamInfo), model->num_tensors, f);
-    float *host = xmalloc(model->num_params * sizeof(float));
-    const float *buffers[3] = {model->params, opt->m, opt->v};
-    for (int i = 0; i < 3; i++) {
-        device_to_host(host, buffers[i], model->num_params * sizeof(float));
-        xfwrite(host, sizeof(float), model->num_params, f);
+    SafetensorsEntry *entries = xmalloc(2 * n * sizeof(SafetensorsEntry));
+    char path[1100];
+    for (int part = 0; part < NUM_PARTS; part++) {
+        int first = part == 2 ? n : 0; // the two moments share optimizer.safetensors
+        for (int j = 0; j < n; j++) {
+            SafetensorsEntry *e = &entries[first + j];
+            *e = (SafetensorsEntry){.rows = full[j].global_rows,
+                                    .cols = full[j].global_cols,
+                                    .ndim = full[j].global_rows == 1 ? 1 : 2}; // norms are 1-D
+            snprintf(e->name, sizeof e->name, "%s%s", full[j].name, PARTS[part].suffix);
+        }
+        if (part == 1) continue;
+        snprintf(path, sizeof path, "%s/%s", tmp, PARTS[part].file);
+        safetensors_create(path, entries, part == 0 ? n : 2 * n);
     }
-    free(host);
-    if (fclose(f) != 0) FAIL("is the disk full?", "cannot write %s", path);
+    free(entries);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (config_save_hf(cfg, path) != 0)
+        FAIL("is the disk full?", "cannot write %s: %s", path, strerror(errno));
 }
 
-int checkpoint_load(Model *model, Optimizer *opt, const char *dir) {
-    char path[1024];
-    rank_path(path, sizeof path, dir, model->pgm->global_rank);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        user_error("checkpoint error: %s not found (checkpoint.load_path must be a folder "
-                   "saved with the same layout)",
-                   path);
-    uint32_t header[4];
-    xfread(header, sizeof header, 1, f);
-    if (header[0] != CHECKPOINT_MAGIC || header[3] != (uint32_t)model->num_tensors)
-        user_error("checkpoint error: %s is not a checkpoint of this model and layout", path);
-    ParamInfo *table = xmalloc(header[3] * sizeof(ParamInfo));
-    xfread(table, sizeof(ParamInfo), header[3], f);
-    for (int i = 0; i < model->num_tensors; i++)
-        if (strcmp(table[i].name, model->table[i].name) ||
-            table[i].offset != model->table[i].offset)
-            user_error("checkpoint error: %s holds %s where this layout has %s (use the same "
-                       "dp/tp/pp/cp sizes)",
-                       path, table[i].name, model->table[i].name);
-    float *host = xmalloc(model->num_params * sizeof(float));
-    float *buffers[3] = {model->params, opt->m, opt->v};
-    for (int i = 0; i < 3; i++) {
-        xfread(host, sizeof(float), model->num_params, f);
-        host_to_device(buffers[i], host, model->num_params * sizeof(float));
+// rank 0, once every rank's blocks are on disk: state.json, then the rename that makes it real
+static void commit_save(const char *dir, const char *tmp, int step, const Model *model,
+                        const Optimizer *opt, const ParamInfo *full, int n, const uint64_t *sums) {
+    const Config *c = &model->cfg;
+    char fingerprint[17], hex[17], path[1100];
+    architecture_fingerprint(fingerprint, c);
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "format", "picotron.c checkpoint 1");
+    cJSON_AddNumberToObject(s, "step", step);
+    cJSON_AddNumberToObject(s, "tokens_seen", (double)step * samples_per_step(c) * c->seq_length);
+    cJSON_AddNumberToObject(s, "samples_seen", (double)step * samples_per_step(c));
+    cJSON_AddNumberToObject(s, "samples_per_step", samples_per_step(c));
+    cJSON_AddNumberToObject(s, "seed", c->seed);
+    cJSON_AddNumberToObject(s, "optimizer_step", opt->step);
+    cJSON *layout = cJSON_AddObjectToObject(s, "layout");
+    cJSON_AddNumberToObject(layout, "dp_size", c->dp_size);
+    cJSON_AddNumberToObject(layout, "tp_size", c->tp_size);
+    cJSON_AddNumberToObject(layout, "pp_size", c->pp_size);
+    cJSON_AddNumberToObject(layout, "cp_size", c->cp_size);
+    cJSON_AddBoolToObject(layout, "cp_zigzag", c->cp_zigzag);
+    cJSON_AddStringToObject(s, "architecture_fingerprint", fingerprint);
+    cJSON *checksums = cJSON_AddObjectToObject(s, "checksums");
+    for (int part = 0; part < NUM_PARTS; part++) {
+        cJSON *file = cJSON_GetObjectItemCaseSensitive(checksums, PARTS[part].file);
+        if (!file) file = cJSON_AddObjectToObject(checksums, PARTS[part].file);
+        for (int j = 0; j < n; j++) {
+            snprintf(path, sizeof path, "%s%s", full[j].name, PARTS[part].suffix);
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)sums[part * n + j]);
+            cJSON_AddStringToObject(file, path, hex);
+        }
     }
-    free(host);
-    free(table);
-    fclose(f);
-    opt->step = (int)header[2]; // AdamW's bias correction goes on from where it stopped
-    return (int)header[2];
+    char *text = cJSON_Print(s);
+    cJSON_Delete(s);
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    write_synced(path, text);
+    free(text);
+
+    snprintf(path, sizeof path, "%s.old", dir); // a checkpoint of the same step, saved before
+    remove_checkpoint_dir(path);
+    if (rename(dir, path) != 0 && errno != ENOENT)
+        FAIL("check checkpoint.save_dir's permissions", "cannot move %s aside", dir);
+    if (rename(tmp, dir) != 0)
+        FAIL("check checkpoint.save_dir's permissions", "cannot rename %s to %s: %s", tmp, dir,
+             strerror(errno));
+    remove_checkpoint_dir(path);
+    sync_dir(c->save_dir);
+    char latest[1100], tmp_latest[1100], number[32];
+    snprintf(latest, sizeof latest, "%s/latest", c->save_dir);
+    snprintf(tmp_latest, sizeof tmp_latest, "%s/latest.tmp", c->save_dir);
+    snprintf(number, sizeof number, "%d\n", step);
+    write_synced(tmp_latest, number);
+    if (rename(tmp_latest, latest) != 0)
+        FAIL("check checkpoint.save_dir's permissions", "cannot rename %s", tmp_latest);
+    sync_dir(c->save_dir);
 }
 
-int checkpoint_read_file(CheckpointTensor **tensors, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    uint32_t header[4];
-    xfread(header, sizeof header, 1, f);
-    if (header[0] != CHECKPOINT_MAGIC) FAIL("not a picotron.c checkpoint", "bad magic in %s", path);
-    int n = (int)header[3];
-    *tensors = xmalloc(n * sizeof(CheckpointTensor));
-    for (int i = 0; i < n; i++) xfread(&(*tensors)[i].info, sizeof(ParamInfo), 1, f);
-    for (int i = 0; i < n; i++) {
-        ParamInfo *p = &(*tensors)[i].info;
-        size_t count = (size_t)p->rows * p->cols;
-        (*tensors)[i].data = xmalloc(count * sizeof(float));
-        if (fseek(f, sizeof header + n * sizeof(ParamInfo) + p->offset * sizeof(float), SEEK_SET))
-            FAIL("the file is truncated", "cannot seek in %s", path);
-        xfread((*tensors)[i].data, sizeof(float), count, f);
+static int by_step_descending(const void *a, const void *b) {
+    return *(const int *)b - *(const int *)a;
+}
+
+// removes all but the newest keep_last complete checkpoints (folders named by their step)
+static void keep_newest(const char *save_dir, int keep_last) {
+    DIR *d = opendir(save_dir);
+    if (!d || keep_last <= 0) {
+        if (d) closedir(d);
+        return;
     }
-    fclose(f);
-    return n;
+    int steps[4096], n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < 4096;)
+        if (e->d_name[0] && strspn(e->d_name, "0123456789") == strlen(e->d_name))
+            steps[n++] = atoi(e->d_name);
+    closedir(d);
+    qsort(steps, n, sizeof(int), by_step_descending);
+    char path[1100];
+    for (int i = keep_last; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%d", save_dir, steps[i]);
+        remove_checkpoint_dir(path);
+    }
+}
+
+void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
+    const Config *cfg = &model->cfg;
+    ProcessGroupManager *pgm = model->pgm;
+    char dir[1024], tmp[1040], path[1100];
+    snprintf(dir, sizeof dir, "%s/%d", cfg->save_dir, step);
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
+    int n = model_full_table(full, cfg);
+    if (pgm->global_rank == 0) begin_save(tmp, full, n, cfg);
+    barrier(&pgm->world);
+
+    uint64_t *sums = xmalloc(NUM_PARTS * n * sizeof(uint64_t));
+    float *host = xmalloc(model->num_params * sizeof(float));
+    const float *buffers[NUM_PARTS] = {model->params, opt->m, opt->v};
+    for (int part = 0; part < NUM_PARTS; part++) {
+        device_to_host(host, buffers[part], model->num_params * sizeof(float));
+        SafetensorsFile f;
+        snprintf(path, sizeof path, "%s/%s", tmp, PARTS[part].file);
+        safetensors_open(&f, path, 1);
+        for (int i = 0; i < model->num_tensors; i++) {
+            const ParamInfo *p = &model->table[i];
+            if (!owns_block(model, p)) continue;
+            const SafetensorsFile *unused;
+            safetensors_write_block(&f, find_tensor(&unused, &f, 1, p, part), host + p->offset, p);
+            sums[part * n + full_index(full, n, p->name)] = checksum_block(host + p->offset, p);
+        }
+        safetensors_close(&f); // synced
+        // tests/t_59 dies here, with half the checkpoint written, as a node failure would
+        const char *kill_rank = getenv("PICOTRON_TEST_KILL_RANK_IN_SAVE");
+        if (part == 0 && kill_rank && atoi(kill_rank) == pgm->global_rank) raise(SIGKILL);
+    }
+    // once the sums are in, every rank's blocks are on disk
+    all_reduce_host(sums, NUM_PARTS * n, MPI_UINT64_T, MPI_SUM, &pgm->world);
+    if (pgm->global_rank == 0) {
+        commit_save(dir, tmp, step, model, opt, full, n, sums);
+        keep_newest(cfg->save_dir, cfg->keep_last);
+    }
+    barrier(&pgm->world);
+    free(host);
+    free(sums);
+    free(full);
+}
+
+// ---------------------------------------------------------------------------------------------
+// loading
+
+// path itself, or the checkpoint a save_dir's latest names; 0 when path is this run's save_dir
+// and it holds no checkpoint yet
+static int find_checkpoint(char *dir, size_t size, const char *path, const Config *cfg) {
+    struct stat st;
+    char file[1100];
+    snprintf(file, sizeof file, "%s/state.json", path);
+    if (stat(file, &st) == 0) return snprintf(dir, size, "%s", path), 1;
+    snprintf(file, sizeof file, "%s/latest", path);
+    char *latest = read_whole_file(file, NULL);
+    if (latest) {
+        snprintf(dir, size, "%s/%d", path, atoi(latest));
+        free(latest);
+        return 1;
+    }
+    if (strcmp(path, cfg->save_dir) == 0 && stat(path, &st) != 0) return 0;
+    if (strcmp(path, cfg->save_dir) == 0 && S_ISDIR(st.st_mode)) return 0;
+    user_error("checkpoint error: %s holds no complete checkpoint (no state.json, no latest): "
+               "checkpoint.load_path names a <save_dir>/<step> folder or a save_dir",
+               path);
+}
+
+static long state_number(const cJSON *state, const char *key, const char *dir) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(state, key);
+    if (!cJSON_IsNumber(item))
+        user_error("checkpoint error: %s/state.json has no %s (save it again)", dir, key);
+    return (long)item->valuedouble;
+}
+
+int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
+    const Config *cfg = &model->cfg;
+    char dir[1100], file[1200], fingerprint[17];
+    if (!find_checkpoint(dir, sizeof dir, path, cfg)) return 0;
+    snprintf(file, sizeof file, "%s/state.json", dir);
+    char *text = read_whole_file(file, NULL);
+    cJSON *state = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!cJSON_IsObject(state))
+        user_error("checkpoint error: %s is missing or damaged (an unfinished save? load_path = "
+                   "the save_dir takes its latest complete checkpoint)",
+                   file);
+    check_architecture(cfg, dir, "checkpoint error:");
+    architecture_fingerprint(fingerprint, cfg);
+    const cJSON *saved = cJSON_GetObjectItemCaseSensitive(state, "architecture_fingerprint");
+    if (!cJSON_IsString(saved) || strcmp(saved->valuestring, fingerprint) != 0)
+        user_error("checkpoint error: %s's architecture fingerprint differs from this config's "
+                   "(its config.json was edited?)",
+                   file);
+    long samples = state_number(state, "samples_per_step", dir);
+    if (samples != samples_per_step(cfg))
+        user_error("checkpoint error: %s was trained with %ld samples per step, this config has "
+                   "%ld: keep micro_batch_size x gradient_accumulation_steps x dp_size at %ld so "
+                   "the data continues where it stopped",
+                   dir, samples, samples_per_step(cfg), samples);
+
+    SafetensorsFile files[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(file, sizeof file, "%s/%s", dir, PARTS[i].file);
+        safetensors_open(&files[i], file, 0);
+    }
+    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
+    int n = model_full_table(full, cfg);
+    uint64_t *sums = xmalloc(NUM_PARTS * n * sizeof(uint64_t));
+    float *host = xmalloc(model->num_params * sizeof(float));
+    float *buffers[NUM_PARTS] = {model->params, opt->m, opt->v};
+    for (int part = 0; part < NUM_PARTS; part++) {
+        read_part(host, model, &files[part ? 1 : 0], 1, part, sums, full, n);
+        host_to_device(buffers[part], host, model->num_params * sizeof(float));
+    }
+    all_reduce_host(sums, NUM_PARTS * n, MPI_UINT64_T, MPI_SUM, &model->pgm->world);
+    const cJSON *checksums = cJSON_GetObjectItemCaseSensitive(state, "checksums");
+    for (int part = 0; part < NUM_PARTS; part++)
+        for (int j = 0; j < n; j++) {
+            char name[160], hex[17];
+            snprintf(name, sizeof name, "%s%s", full[j].name, PARTS[part].suffix);
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)sums[part * n + j]);
+            const cJSON *want = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(checksums, PARTS[part].file), name);
+            if (!cJSON_IsString(want) || strcmp(want->valuestring, hex) != 0)
+                user_error("checkpoint error: %s/%s: tensor %s does not match its checksum (the "
+                           "file is damaged; resume from an earlier checkpoint)",
+                           dir, PARTS[part].file, name);
+        }
+    opt->step = (int)state_number(state, "optimizer_step", dir); // AdamW's bias correction
+    int step = (int)state_number(state, "step", dir);
+    for (int i = 0; i < 2; i++) safetensors_close(&files[i]);
+    cJSON_Delete(state);
+    free(host);
+    free(sums);
+    free(full);
+    return step;
+}
+
+void checkpoint_init_from(Model *model, const char *folder) {
+    check_architecture(&model->cfg, folder, "checkpoint.init_from");
+    SafetensorsFile files[64];
+    int num_files = 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/model.safetensors", folder);
+    if (access(path, F_OK) == 0) {
+        safetensors_open(&files[num_files++], path, 0);
+    } else {
+        // a sharded model: the index maps each tensor to its file; every file is opened once
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", folder);
+        char *text = read_whole_file(path, NULL);
+        cJSON *index = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+        if (!cJSON_IsObject(map))
+            user_error("checkpoint.init_from %s has neither model.safetensors nor a "
+                       "model.safetensors.index.json with a weight_map",
+                       folder);
+        for (const cJSON *e = map->child; e; e = e->next) {
+            char shard[1100];
+            snprintf(shard, sizeof shard, "%s/%s", folder, cJSON_GetStringValue(e));
+            int seen = 0;
+            for (int i = 0; i < num_files; i++) seen |= strcmp(files[i].path, shard) == 0;
+            if (seen) continue;
+            if (num_files == 64) user_error("checkpoint.init_from %s has over 64 shards", folder);
+            safetensors_open(&files[num_files++], shard, 0);
+        }
+        cJSON_Delete(index);
+    }
+    float *host = xmalloc(model->num_params * sizeof(float));
+    read_part(host, model, files, num_files, 0, NULL, NULL, 0);
+    host_to_device(model->params, host, model->num_params * sizeof(float));
+    free(host);
+    for (int i = 0; i < num_files; i++) safetensors_close(&files[i]);
 }

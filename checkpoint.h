@@ -1,19 +1,25 @@
-// Checkpoints: each rank writes its shard of the flat buffers with the parameter table, so a
-// checkpoint names every element by (tensor, global index) whatever the layout.
+// Checkpoints are Hugging Face safetensors of the full tensors. <save_dir>/<step>/ holds
+//   model.safetensors      every parameter, unsharded, under its Hugging Face name (fp32)
+//   optimizer.safetensors  AdamW's moments: <name>.exp_avg and <name>.exp_avg_sq
+//   config.json            the architecture: transformers' from_pretrained opens the folder
+//   state.json             step, data position, seed, layout, architecture fingerprint, and a
+//                          checksum per tensor
+// Each rank writes and reads only the block of each tensor it holds, at its offset in the file:
+// saving scales with the ranks, and a checkpoint written under any layout loads into any other.
 #pragma once
 #include "model.h"
 #include "optimizer.h"
 
-// writes <dir>/rank_<global rank>.bin: the table, the parameters and the AdamW moments
-void checkpoint_save(const Model *model, const Optimizer *opt, const char *dir, int step);
-// reads this rank's file from <dir> into the model and the optimizer (moments and step count);
-// returns the step it was saved at. The layout must match.
-int checkpoint_load(Model *model, Optimizer *opt, const char *dir);
-
-// one tensor of a checkpoint, for tools that compare runs
-typedef struct {
-    ParamInfo info;
-    float *data; // (rows, cols) of this shard
-} CheckpointTensor;
-// reads every tensor of one rank file; returns how many (0 if the file does not exist)
-int checkpoint_read_file(CheckpointTensor **tensors, const char *path);
+// Claims cfg.save_dir for this run: a second run on it is refused in one line naming the first
+// one's host and pid. Also proves the folder writable before step 1. The lock lasts until exit.
+void checkpoint_lock(const char *save_dir, ProcessGroupManager *pgm);
+// Writes <save_dir>/<step>.tmp/ and renames it <step>/ once every rank has written and synced:
+// a checkpoint is whole or absent. Then <save_dir>/latest names it, and only the newest
+// checkpoint.keep_last stay.
+void checkpoint_save(const Model *model, const Optimizer *opt, int step);
+// Loads a checkpoint folder, or the latest one of a save_dir, whatever layout wrote it; returns
+// its step, or 0 when path is this run's own save_dir and holds none yet (a first submission).
+int checkpoint_load(Model *model, Optimizer *opt, const char *path);
+// A Hugging Face model folder's weights (config.json with model.safetensors, or a sharded
+// model.safetensors.index.json), in F32, BF16 or F16; the optimizer starts fresh
+void checkpoint_init_from(Model *model, const char *folder);

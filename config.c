@@ -80,6 +80,8 @@ static const Field fields[] = {
     KEY("checkpoint", "save_dir", T_STR, save_dir),
     KEY("checkpoint", "save_frequency", T_INT, save_frequency),
     KEY("checkpoint", "load_path", T_STR, load_path),
+    KEY("checkpoint", "init_from", T_STR, init_from),
+    KEY("checkpoint", "keep_last", T_INT, keep_last),
     IGNORED("logging", "use_wandb", "false"),
     IGNORED("logging", "project_name", "\"picotron\""),
     KEY("logging", "run_name", T_STR, run_name),
@@ -397,6 +399,7 @@ void config_validate(const Config *c) {
         {"training.max_tokens", c->max_tokens, 0},
         {"training.warmup_steps", c->warmup_steps, 0},
         {"checkpoint.save_frequency", c->save_frequency, 0},
+        {"checkpoint.keep_last", c->keep_last, 0},
         {"environment.OMP_NUM_THREADS", c->omp_num_threads, 1},
     };
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
@@ -465,6 +468,9 @@ void config_validate(const Config *c) {
           "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
           c->max_position_embeddings);
 
+    CHECK(!c->load_path[0] || !c->init_from[0],
+          "checkpoint.load_path and checkpoint.init_from are both set: resume a run (load_path) or "
+          "start one from Hugging Face weights (init_from), not both");
     CHECK(c->save_frequency == 0 || c->save_dir[0] != '\0',
           "checkpoint.save_frequency = %d but checkpoint.save_dir is empty (name a folder)",
           c->save_frequency);
@@ -540,4 +546,118 @@ int config_save(const Config *cfg, const char *path) {
     failed |= fclose(f) != 0;
     free(text);
     return failed ? -1 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face config.json
+
+static cJSON *read_hf_json(const char *path, const char *who) {
+    struct stat st;
+    char file[1024];
+    snprintf(file, sizeof file, "%s", path);
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(file, sizeof file, "%s/config.json", path);
+    char *text = stat(file, &st) == 0 ? read_whole_file(file, NULL) : NULL;
+    if (!text) user_error("%s %s: %s", who, file, strerror(errno));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root))
+        user_error("%s %s is not a JSON object (is it a Hugging Face config.json?)", who, file);
+    return root;
+}
+
+void config_read_hf(Config *cfg, const char *path, const char *who) {
+    enum { HF_INT, HF_FLOAT, HF_BOOL };
+    const struct {
+        const char *key;
+        int type, required;
+        size_t offset;
+    } keys[] = {
+        {"hidden_size", HF_INT, 1, offsetof(Config, hidden_size)},
+        {"intermediate_size", HF_INT, 1, offsetof(Config, intermediate_size)},
+        {"num_hidden_layers", HF_INT, 1, offsetof(Config, num_hidden_layers)},
+        {"num_attention_heads", HF_INT, 1, offsetof(Config, num_attention_heads)},
+        {"num_key_value_heads", HF_INT, 0, offsetof(Config, num_key_value_heads)},
+        {"vocab_size", HF_INT, 1, offsetof(Config, vocab_size)},
+        {"rms_norm_eps", HF_FLOAT, 0, offsetof(Config, rms_norm_eps)},
+        {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
+        {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
+        {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
+    };
+    cJSON *root = read_hf_json(path, who);
+    // transformers 5 moved rope_theta into rope_parameters; older files keep it at the top
+    const cJSON *rope = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(rope, "rope_theta");
+    if (theta && !cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))
+        cJSON_AddItemToObject(root, "rope_theta", cJSON_Duplicate(theta, 0));
+    cfg->rms_norm_eps = 1e-6f;
+    cfg->rope_theta = 10000.0f;
+    cfg->max_position_embeddings = 2048;
+    cfg->tie_word_embeddings = 0;
+    cfg->num_key_value_heads = 0; // 0 until read: then it defaults to the query heads
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
+        char *dst = (char *)cfg + keys[k].offset;
+        if (!item || cJSON_IsNull(item)) {
+            if (keys[k].required)
+                user_error("%s %s has no %s (is it a Llama-like Hugging Face config.json?)", who,
+                           path, keys[k].key);
+        } else if (keys[k].type == HF_BOOL && cJSON_IsBool(item)) {
+            *(int *)dst = cJSON_IsTrue(item);
+        } else if (keys[k].type == HF_FLOAT && cJSON_IsNumber(item)) {
+            *(float *)dst = (float)item->valuedouble;
+        } else if (keys[k].type == HF_INT && cJSON_IsNumber(item) &&
+                   item->valuedouble == floor(item->valuedouble) && item->valuedouble < INT_MAX) {
+            *(int *)dst = (int)item->valuedouble;
+        } else {
+            user_error("%s %s: %s has the wrong type", who, path, keys[k].key);
+        }
+    }
+    if (cfg->num_key_value_heads == 0) cfg->num_key_value_heads = cfg->num_attention_heads;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+    snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
+             cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0 && world_rank() == 0)
+        printf("note: model_type \"%s\" is not llama; picotron.c builds a Llama of these sizes\n",
+               type->valuestring);
+    cJSON_Delete(root);
+}
+
+int config_save_hf(const Config *c, const char *path) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddItemToObject(root, "architectures",
+                          cJSON_CreateStringArray((const char *[]){"LlamaForCausalLM"}, 1));
+    cJSON_AddStringToObject(root, "model_type", "llama");
+    const struct {
+        const char *key;
+        double value;
+        int is_float;
+    } numbers[] = {
+        {"hidden_size", c->hidden_size, 0},
+        {"intermediate_size", c->intermediate_size, 0},
+        {"num_hidden_layers", c->num_hidden_layers, 0},
+        {"num_attention_heads", c->num_attention_heads, 0},
+        {"num_key_value_heads", c->num_key_value_heads, 0},
+        {"head_dim", c->hidden_size / c->num_attention_heads, 0},
+        {"vocab_size", c->vocab_size, 0},
+        {"max_position_embeddings", c->max_position_embeddings, 0},
+        {"rms_norm_eps", c->rms_norm_eps, 1},
+        {"rope_theta", c->rope_theta, 1},
+    };
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+        cJSON_AddItemToObject(root, numbers[i].key,
+                              number_json(numbers[i].value, numbers[i].is_float));
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    cJSON_AddBoolToObject(root, "attention_bias", 0);
+    cJSON_AddBoolToObject(root, "mlp_bias", 0);
+    cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(text);
+    return ok ? 0 : -1;
 }

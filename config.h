@@ -33,8 +33,10 @@ typedef struct {
     char dataset_name[512]; // a .txt (byte-tokenised), a token file (.tok) or llm.c .bin
     // checkpoint
     char save_dir[512];
-    int save_frequency; // 0: never
-    char load_path[512];
+    int save_frequency;  // 0: never
+    char load_path[512]; // a checkpoint folder, or a save_dir (its latest checkpoint)
+    char init_from[512]; // a Hugging Face model folder: its weights, no optimizer state
+    int keep_last;       // checkpoints kept in save_dir, newest first; 0: all
     // logging
     char run_name[128];
     char metrics_file[512]; // JSONL, one object per step; "" for none
@@ -50,6 +52,11 @@ void config_defaults(Config *cfg); // picotron's defaults, the tiny model
 void config_validate(const Config *cfg);
 // Writes cfg as a complete config.json (create_config uses it); 0 on success
 int config_save(const Config *cfg, const char *path);
+// A Hugging Face config.json (or its folder): its architecture into cfg's model keys; a missing
+// or malformed key is one line starting with `who` (e.g. "checkpoint.init_from")
+void config_read_hf(Config *cfg, const char *path, const char *who);
+// cfg's architecture as the config.json transformers' LlamaForCausalLM loads; 0 on success
+int config_save_hf(const Config *cfg, const char *path);
 // Built-in architectures with Hugging Face's numbers (picotron-tiny, SmolLM-135M, ...), matched by
 // name with or without the "org/" prefix and the "-Instruct" suffix: sets cfg's architecture keys
 // and returns 1, or returns 0 when name is none of them. config_load applies one before the file's

@@ -62,6 +62,10 @@ static Flag flags[] = {
     SET("dataset", A_STR, dataset_name, "a .txt (bytes), a .tok token file or an llm.c .bin"),
     SET("save_dir", A_STR, save_dir, "checkpoint folder (default <out_dir>/<exp_name>)"),
     SET("save_frequency", A_INT, save_frequency, "save a checkpoint every N steps; 0: never"),
+    SET("keep_last", A_INT, keep_last, "keep the newest N checkpoints in save_dir; 0: all"),
+    SET("load_path", A_STR, load_path, "resume from a checkpoint folder, or a save_dir's latest"),
+    SET("init_from", A_STR, init_from,
+        "start from a Hugging Face model folder's weights (with --model_config of it)"),
     SET("metrics_file", A_STR, metrics_file, "one JSON line per step goes to this file"),
     OWN("hf_token", A_NOTE,
         "--hf_token is not needed: picotron.c reads no hub (built-in presets, or --model_config)"),
@@ -178,81 +182,6 @@ static void apply_flags(Config *cfg) {
     }
 }
 
-static cJSON *read_json(const char *path) {
-    struct stat st;
-    char file[1024];
-    snprintf(file, sizeof file, "%s", path);
-    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(file, sizeof file, "%s/config.json", path);
-    if (stat(file, &st) != 0)
-        user_error("create_config: --model_config %s: %s", file, strerror(errno));
-    char *text = read_whole_file(file, NULL);
-    if (!text) user_error("create_config: --model_config %s: %s", file, strerror(errno));
-    cJSON *root = cJSON_Parse(text);
-    if (!cJSON_IsObject(root))
-        user_error("create_config: --model_config %s is not a JSON object (is it a Hugging Face "
-                   "config.json?)",
-                   file);
-    free(text);
-    return root;
-}
-
-// a Hugging Face config.json's architecture; absent optional keys take LlamaConfig's defaults
-static void read_model_config(Config *cfg, const char *path) {
-    enum { HF_INT, HF_FLOAT, HF_BOOL };
-    const struct {
-        const char *key;
-        int type, required;
-        size_t offset;
-    } keys[] = {
-        {"hidden_size", HF_INT, 1, offsetof(Config, hidden_size)},
-        {"intermediate_size", HF_INT, 1, offsetof(Config, intermediate_size)},
-        {"num_hidden_layers", HF_INT, 1, offsetof(Config, num_hidden_layers)},
-        {"num_attention_heads", HF_INT, 1, offsetof(Config, num_attention_heads)},
-        {"num_key_value_heads", HF_INT, 0, offsetof(Config, num_key_value_heads)},
-        {"vocab_size", HF_INT, 1, offsetof(Config, vocab_size)},
-        {"rms_norm_eps", HF_FLOAT, 0, offsetof(Config, rms_norm_eps)},
-        {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
-        {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
-        {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
-    };
-    cJSON *root = read_json(path);
-    cfg->rms_norm_eps = 1e-6f;
-    cfg->rope_theta = 10000.0f;
-    cfg->max_position_embeddings = 2048;
-    cfg->tie_word_embeddings = 0;
-    cfg->num_key_value_heads = 0; // 0 until read: then it defaults to the query heads
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
-        char *dst = (char *)cfg + keys[k].offset;
-        if (!item || cJSON_IsNull(item)) {
-            if (keys[k].required)
-                user_error("create_config: --model_config %s has no %s (is it a Llama-like "
-                           "Hugging Face config.json?)",
-                           path, keys[k].key);
-        } else if (keys[k].type == HF_BOOL && cJSON_IsBool(item)) {
-            *(int *)dst = cJSON_IsTrue(item);
-        } else if (keys[k].type == HF_FLOAT && cJSON_IsNumber(item)) {
-            *(float *)dst = (float)item->valuedouble;
-        } else if (keys[k].type == HF_INT && cJSON_IsNumber(item) &&
-                   item->valuedouble == floor(item->valuedouble) && item->valuedouble < INT_MAX) {
-            *(int *)dst = (int)item->valuedouble;
-        } else {
-            user_error("create_config: --model_config %s: %s has the wrong type", path,
-                       keys[k].key);
-        }
-    }
-    if (cfg->num_key_value_heads == 0) cfg->num_key_value_heads = cfg->num_attention_heads;
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
-    snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
-             cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0)
-        printf("note: model_type \"%s\" is not llama; picotron.c builds a Llama of these sizes\n",
-               type->valuestring);
-    cJSON_Delete(root);
-}
-
 static void print_thousands(char *out, size_t size, long x) { // 1048576 -> "1,048,576"
     char digits[32];
     int n = snprintf(digits, sizeof digits, "%ld", x), o = 0;
@@ -273,7 +202,8 @@ int main(int argc, char **argv) {
     config_defaults(&cfg);
 
     if (model_config) {
-        read_model_config(&cfg, model_config); // names the model after the file
+        config_read_hf(&cfg, model_config,
+                       "create_config: --model_config"); // names the model after the file
         if (!model_name) model_name = cfg.model_name;
     } else {
         if (!model_name) model_name = "picotron-tiny";

@@ -120,10 +120,21 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
     model_alloc_buffers(model, num_slots);
 }
 
-const ParamInfo *model_find_param(const Model *model, const char *name) {
-    for (int i = 0; i < model->num_tensors; i++)
-        if (strcmp(model->table[i].name, name) == 0) return &model->table[i];
-    return NULL;
+int model_full_table(ParamInfo *table, const Config *cfg) {
+    ProcessGroupManager one = {.tp = {.rank = 0, .size = 1}}; // no tensor-parallel split
+    Model *whole = xmalloc(sizeof(Model));
+    whole->cfg = *cfg;
+    whole->pgm = &one;
+    whole->D = cfg->hidden_size / cfg->num_attention_heads;
+    whole->L = cfg->num_hidden_layers;
+    whole->stage = (PipelineStage){0, whole->L, 1, 1};
+    whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
+    layout_params(whole, &whole->w, NULL);
+    int n = whole->num_tensors;
+    memcpy(table, whole->table, n * sizeof(ParamInfo));
+    free(whole->w.layers);
+    free(whole);
+    return n;
 }
 
 // mid = x + o_proj(attention(rope(q, k), v)), q, k, v = projections of ln1 = rmsnorm(x)

@@ -125,7 +125,13 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
 void model_alloc_buffers(Model *model, int num_slots);
 void model_rope_tables(Model *model, const int *positions);
 void model_free(Model *model);
-const ParamInfo *model_find_param(const Model *model, const char *name);
+const ParamInfo *model_find_param(const Model *model, const char *name); // NULL: not here
+// The whole model's tensors (every layer, none split), in layout order: what a checkpoint holds.
+// Fills table (MAX_PARAMS) and returns how many.
+int model_full_table(ParamInfo *table, const Config *cfg);
+// 1 for the one copy of p's elements that counts in this model replica: norms are the same on
+// every tp rank, and the tied embedding's copy on the last stage repeats the first stage's
+int model_param_counts_once(const Model *model, const ParamInfo *p);
 
 // tokens/targets: (B, T) host arrays of this rank's tokens (already split over cp)
 void model_set_batch(Model *model, int slot, const int *tokens, const int *targets);

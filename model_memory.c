@@ -2,6 +2,7 @@
 // flight, the buffers the backward shares between them, and the RoPE tables.
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 #include "backend/backend.h"
 #include "model.h"
 #include "utils.h"
@@ -137,4 +138,16 @@ float *model_stage_input(Model *model, int slot) {
 
 float *model_stage_output(Model *model, int slot) {
     return model->slots[slot].resid + (size_t)model->L * model->B * model->T * model->C;
+}
+
+int model_param_counts_once(const Model *model, const ParamInfo *p) {
+    if (p->replicated_tp && model->pgm->tp_rank != 0) return 0;
+    return !(model->cfg.tie_word_embeddings && !model->stage.has_embedding &&
+             model->params + p->offset == model->w.embed_tokens);
+}
+
+const ParamInfo *model_find_param(const Model *model, const char *name) {
+    for (int i = 0; i < model->num_tensors; i++)
+        if (strcmp(model->table[i].name, name) == 0) return &model->table[i];
+    return NULL;
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "backend/backend.h"
+#include "utils.h"
 
 float learning_rate_at(const Config *cfg, int step) {
     float lr = cfg->learning_rate;
@@ -14,19 +15,13 @@ float learning_rate_at(const Config *cfg, int step) {
 }
 
 float clip_grad_norm(Model *model) {
-    if (model->cfg.grad_clip <= 0.0f) return 0.0f; // off, as picotron: spare the all-reduce
     ProcessGroupManager *pgm = model->pgm;
     float *sum = model->scalar;
     device_zero(sum, sizeof(float));
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
-        // norms are replicated over tp; the tied embedding's copy on the last stage repeats the
-        // first stage's: count each parameter once
-        if (p->replicated_tp && pgm->tp_rank != 0) continue;
-        if (model->cfg.tie_word_embeddings && !model->stage.has_embedding &&
-            model->grads + p->offset == model->dw.embed_tokens)
-            continue;
-        sum_squares(sum, model->grads + p->offset, (size_t)p->rows * p->cols);
+        if (model_param_counts_once(model, p))
+            sum_squares(sum, model->grads + p->offset, (size_t)p->rows * p->cols);
     }
     // every cp*dp replica holds the same averaged gradients: sum over all, divide them out
     all_reduce(sum, 1, REDUCE_SUM, &pgm->world);
@@ -34,8 +29,26 @@ float clip_grad_norm(Model *model) {
     device_to_host(&total, sum, sizeof(float));
     float norm = sqrtf(total / (pgm->cp_size * pgm->dp_size));
     float max_norm = model->cfg.grad_clip;
-    if (norm > max_norm) scale_inplace(model->grads, max_norm / (norm + 1e-6f), model->num_params);
+    if (max_norm > 0 && norm > max_norm)
+        scale_inplace(model->grads, max_norm / (norm + 1e-6f), model->num_params);
     return norm;
+}
+
+void first_nonfinite_gradient(char *name, size_t size, Model *model) {
+    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
+    int n = model_full_table(full, &model->cfg), first = n;
+    for (int i = 0; i < model->num_tensors && first == n; i++) {
+        const ParamInfo *p = &model->table[i];
+        float squares = 0.0f;
+        device_zero(model->scalar, sizeof(float));
+        sum_squares(model->scalar, model->grads + p->offset, (size_t)p->rows * p->cols);
+        device_to_host(&squares, model->scalar, sizeof(float));
+        for (int j = 0; j < n && !isfinite(squares); j++)
+            if (strcmp(full[j].name, p->name) == 0) first = j;
+    }
+    all_reduce_host(&first, 1, MPI_INT, MPI_MIN, &model->pgm->world);
+    snprintf(name, size, "%s", first < n ? full[first].name : "none (the loss alone)");
+    free(full);
 }
 
 void optimizer_init(Optimizer *opt, const Config *cfg, size_t num_params) {

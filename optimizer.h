@@ -18,7 +18,10 @@ void optimizer_step(Optimizer *opt, float *params, const float *grads, float lr)
 
 // picotron's constant lr, or a linear warmup then cosine decay to min_lr; step counts from 1
 float learning_rate_at(const Config *cfg, int step);
-// When cfg->grad_clip > 0: the global L2 norm of the gradient of the whole model (each parameter
-// counted once, whatever the layout), returned; above grad_clip the gradients are scaled to it.
-// Returns 0 when clipping is off.
+// The global L2 norm of the gradient of the whole model (each parameter counted once, whatever the
+// layout), returned; when cfg->grad_clip > 0 and the norm is above it, the gradients are scaled to
+// it. Computed even when clipping is off: a non-finite norm is how a diverged run is caught.
 float clip_grad_norm(Model *model);
+// The whole-model name of the first tensor (in layout order) whose gradient holds an inf or a NaN,
+// the same on every rank; "none (...)" when every gradient is finite
+void first_nonfinite_gradient(char *name, size_t size, Model *model);

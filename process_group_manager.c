@@ -75,3 +75,9 @@ void process_group_manager_free(ProcessGroupManager *pgm) {
     group_free(&pgm->tp);
     group_free(&pgm->world);
 }
+
+void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *g) {
+    Handle h = {.count = 1};
+    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, g->comm, &h.req[0]));
+    comm_wait(&h);
+}

@@ -1,10 +1,15 @@
 // picotron.c's training loop: read the config, set up the 4D process groups, build this rank's
 // model shard, open its data, then for each step run the schedule, wait for the gradient
 // buckets, clip, AdamW, log. Run it as: mpirun -np 8 ./train --config tmp/llama-1B/config.json
+#define _GNU_SOURCE // CPU_COUNT
+#include <math.h>
 #include <mpi.h>
 #include <omp.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "backend/backend.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -45,6 +50,50 @@ static void node_ranks(int *local_rank, int *ranks_on_node) {
     mpiCheck(MPI_Comm_rank(node, local_rank));
     mpiCheck(MPI_Comm_size(node, ranks_on_node));
     mpiCheck(MPI_Comm_free(&node));
+}
+
+// More threads than the node's cores make every step wait on the scheduler's time slices
+static int threads_per_rank(int wanted, int ranks_on_node) {
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int fit = cores / ranks_on_node > 1 ? cores / ranks_on_node : 1;
+    if (wanted <= fit) return wanted;
+    if (world_rank() == 0)
+        printf("note: environment.OMP_NUM_THREADS = %d with %d ranks on this node's %d cores: "
+               "using %d thread%s per rank\n",
+               wanted, ranks_on_node, cores, fit, fit > 1 ? "s" : "");
+    return fit;
+}
+
+// Slurm sends SIGTERM, or the signal its --signal asks for, ahead of a time limit: the ranks
+// finish the step, agree, save and exit
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+}
+static void catch_stop_signals(void) {
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0)
+        FAIL("", "cannot install the SIGTERM/SIGUSR1 handler");
+}
+
+// A resumed run rewrites the steps it repeats: the metrics keep the lines of the steps before it,
+// rewritten through a temporary file so a crash loses nothing
+static FILE *open_metrics(const char *path, int first_step) {
+    char tmp[600], *text = first_step > 1 ? read_whole_file(path, NULL) : NULL;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = xfopen(tmp, "w");
+    for (char *line = text, *end; line && *line; line = end + 1) {
+        if (!(end = strchr(line, '\n'))) break; // a line cut short by a crash is dropped
+        const char *at = strstr(line, "\"step\": ");
+        if (at && at < end && atoi(at + 8) < first_step) xfwrite(line, 1, end - line + 1, f);
+    }
+    free(text);
+    if (fflush(f) != 0 || rename(tmp, path) != 0)
+        FAIL("check logging.metrics_file's folder", "cannot write %s", path);
+    return f;
 }
 
 // picotron's train_step without a pipeline: accumulate grad_acc micro-batches, each loss scaled
@@ -107,11 +156,10 @@ int main(int argc, char **argv) {
     config_validate(&cfg);
     // picotron exports the config's environment section; the OpenMP runtime read
     // OMP_NUM_THREADS before main, so it is told directly (BLIS runs inside our threads)
-    omp_set_num_threads(cfg.omp_num_threads);
-
     // the device first: NCCL binds each communicator to the GPU current when it is made
     int local_rank, ranks_on_node;
     node_ranks(&local_rank, &ranks_on_node);
+    omp_set_num_threads(threads_per_rank(cfg.omp_num_threads, ranks_on_node));
     backend_init(local_rank);
     backend_set_dtype(cfg.dtype);
     comm_set_backend(cfg.backend);
@@ -150,15 +198,22 @@ int main(int argc, char **argv) {
                model.num_params, cfg.model_name);
 
     // the data position follows from the step, so a resumed run continues where it stopped
+    if (cfg.save_frequency > 0) checkpoint_lock(cfg.save_dir, &pgm);
+    if (cfg.init_from[0]) checkpoint_init_from(&model, cfg.init_from);
     int first_step = cfg.load_path[0] ? checkpoint_load(&model, &opt, cfg.load_path) + 1 : 1;
+    if (first_step > cfg.total_train_steps && pgm.global_rank == 0)
+        printf("nothing to train: the checkpoint in %s is at step %d and "
+               "training.total_train_steps = %d (raise it to train on)\n",
+               cfg.load_path, first_step - 1, cfg.total_train_steps);
     long tokens_seen = (first_step - 1) * tokens_per_step;
-    // a resumed run adds to the metrics of the run it continues
-    FILE *metrics = logger && cfg.metrics_file[0]
-                        ? xfopen(cfg.metrics_file, cfg.load_path[0] ? "a" : "w")
-                        : NULL;
+    FILE *metrics =
+        logger && cfg.metrics_file[0] ? open_metrics(cfg.metrics_file, first_step) : NULL;
+    catch_stop_signals();
     // measured (CPU) while the other ranks wait, napping, instead of competing for the cores
     barrier(&pgm.world);
-    double peak = cfg.peak_flops > 0 ? cfg.peak_flops : logger ? device_peak_flops(ranks_on_node) : 0;
+    double peak = cfg.peak_flops > 0 ? cfg.peak_flops
+                  : logger           ? device_peak_flops(ranks_on_node)
+                                     : 0;
     barrier(&pgm.world);
     int steps_run = 0;
     for (int step = first_step; step <= cfg.total_train_steps; step++) {
@@ -169,7 +224,19 @@ int main(int argc, char **argv) {
                                      : train_step(&model, &dp, &loader, step - 1);
         data_parallel_wait(&dp);
         pipeline_sync_tied_embeddings(&model);
-        clip_grad_norm(&model);
+        float norm = clip_grad_norm(&model);
+        // every rank learns at this same step whether to stop: a signal, or a number gone bad
+        int stop[2] = {stop_signal, !isfinite(norm) || (pgm.pp_is_last && !isfinite(loss))};
+        all_reduce_host(stop, 2, MPI_INT, MPI_MAX, &pgm.world);
+        if (stop[1]) {
+            char name[128];
+            first_nonfinite_gradient(name, sizeof name, &model);
+            user_error("training diverged at step %d (learning rate %g): the loss or the gradient "
+                       "norm is not finite; first tensor with a non-finite gradient: %s. Lower "
+                       "training.learning_rate or set training.grad_clip; nothing of this step "
+                       "was saved",
+                       step, learning_rate_at(&cfg, step), name);
+        }
         optimizer_step(&opt, model.params, model.grads, learning_rate_at(&cfg, step));
         loss = average_loss_across_dp_cp_ranks(&model, loss);
         device_synchronize();
@@ -177,16 +244,27 @@ int main(int argc, char **argv) {
         tokens_seen += tokens_per_step;
         steps_run++;
         if (logger)
-            log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size, peak);
+            log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size,
+                     peak);
         if (logger && metrics) {
             fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f}\n",
                     step, loss, tokens_seen, seconds);
             fflush(metrics);
         }
-        if (cfg.save_frequency > 0 && step % cfg.save_frequency == 0) {
-            char dir[1024];
-            snprintf(dir, sizeof dir, "%s/%d", cfg.save_dir, step);
-            checkpoint_save(&model, &opt, dir, step);
+        int save = cfg.save_frequency > 0 && step % cfg.save_frequency == 0;
+        if (stop[0] && cfg.save_dir[0] && cfg.save_frequency == 0)
+            checkpoint_lock(cfg.save_dir, &pgm); // saving for the first time
+        if ((save || stop[0]) && cfg.save_dir[0]) checkpoint_save(&model, &opt, step);
+        if (stop[0]) {
+            if (pgm.global_rank == 0 && cfg.save_dir[0])
+                printf("stopped by signal %d after step %d: saved %s/%d; to continue, set "
+                       "checkpoint.load_path = \"%s\" and run again\n",
+                       stop[0], step, cfg.save_dir, step, cfg.save_dir);
+            else if (pgm.global_rank == 0)
+                printf("stopped by signal %d after step %d: checkpoint.save_dir is empty, nothing "
+                       "saved\n",
+                       stop[0], step);
+            break;
         }
     }
     if (logger && pgm.cp_dp.size > 1)

@@ -44,3 +44,6 @@ void comm_wait(Handle *h); // the one place that waits: test, yield, repeat
 // calls this now and then (data parallelism does after each layer's backward).
 int comm_test(Handle *h);
 void barrier(Group *g);
+// Host values every rank must agree on (a stop flag, checksums), over MPI whatever the backend;
+// waited for by comm_wait like every other wait
+void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *g);

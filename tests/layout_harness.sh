@@ -21,10 +21,11 @@ harness_failures=0
 
 # run_layout NAME key=value...   keys: tp cp pp dp ga engine tied layers zigzag async mbs seq
 #                                clip warmup decay (gradient clipping and the lr schedule)
+#                                save (save_frequency, default STEPS) load (checkpoint.load_path)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
-    local mbs=2 seq=32 clip=0 warmup=0 decay=constant kv
+    local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" kv
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -39,7 +40,7 @@ run_layout() {
               "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
               "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay"},
  "dataset": {"name": "data/pride_and_prejudice.txt"},
- "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $STEPS},
+ "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $save, "load_path": "$load"},
  "logging": {"metrics_file": "$dir/metrics.jsonl"}}
 JSON
     local np=$((tp * cp * pp * dp))

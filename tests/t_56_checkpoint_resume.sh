@@ -2,8 +2,8 @@
 # A run stopped at step 5 and resumed from its checkpoint trains exactly like one that never
 # stopped: the data position follows from the step and the checkpoint holds the parameters and
 # both AdamW moments, so steps 6-10 give bit-identical losses and final weights (tolerance 0),
-# here with dp=2 x tp=2 so every rank restores its own shard. A shard missing for one rank only is
-# named in one line by that rank, and the job ends non-zero within seconds.
+# here with dp=2 x tp=2 so every rank restores its own blocks. A flipped byte in a tensor is refused
+# in one line naming it, and the job ends non-zero within seconds.
 cd "$(dirname "$0")/.." || exit 1
 dir=$(mktemp -d /tmp/picotron-resume.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
@@ -32,10 +32,20 @@ fi
 echo "losses of steps 6-10 identical"
 "${PICOTRON_BUILD:-build}/tests/tool_compare_checkpoints" "$dir/straight/10" "$dir/resumed/10" 0 ||
     exit 1
-rm "$dir/straight/5/rank_00002.bin"
+python3 - "$dir/straight/5/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n, = struct.unpack_from("<Q", data, 0)
+begin = json.loads(data[8:8 + n])["model.layers.1.self_attn.o_proj.weight"]["data_offsets"][0]
+data[8 + n + begin + 4001] ^= 0x01  # one bit of one weight
+open(path, "wb").write(data)
+PY
+rm -rf "$dir/resumed"
 start=$(date +%s)
 timeout 30 mpirun -np 4 ./train --config "$dir/resumed.json" >/dev/null 2>"$dir/err"
 rc=$? secs=$(( $(date +%s) - start ))
-line=$(grep -c "rank_00002.bin" "$dir/err")
-echo "one rank's shard missing: exit $rc after ${secs}s, $line line naming it: $(grep -m1 rank_00002 "$dir/err")"
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$line" = 1 ] && [ $secs -le 15 ]
+line=$(grep -c "o_proj" "$dir/err")
+echo "one flipped bit: exit $rc after ${secs}s, $line line naming the tensor: $(grep -m1 o_proj "$dir/err")"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$line" = 1 ] && [ $secs -le 15 ] &&
+    grep -q "model.layers.1.self_attn.o_proj.weight does not match its checksum" "$dir/err"

@@ -578,7 +578,8 @@ static void test_elementwise_and_memory(void) {
           peak > 0 && device_peak_flops(1) == peak ? 0.0 : 1.0, 0.0);
     // The peak is one rank's (all its threads' cores): no kernel may beat it, and BLIS's GEMM,
     // the fastest kernel there is, must come near it (72 to 85% here). A peak off by a factor
-    // (FLOPs per FMA counted once, vectors half as wide, chains the compiler merged) fails one side.
+    // (FLOPs per FMA counted once, vectors half as wide, chains the compiler merged) fails one
+    // side.
     const int n = 512;
     float *a = xmalloc((size_t)n * n * sizeof(float)), *b = xmalloc((size_t)n * n * sizeof(float));
     float *c = xmalloc((size_t)n * n * sizeof(float));
