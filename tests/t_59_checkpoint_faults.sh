@@ -10,6 +10,8 @@
 #     checkpoint of the diverged step, and a metrics file that is still valid JSON Lines
 #  5. resuming at total_train_steps says there is nothing to train and how to go on
 #  6. an unwritable save_dir is refused before step 1
+#  7. keep_last 2 keeps the two newest checkpoints; 4 threads per rank on a node of fewer cores
+#     than ranks x threads is clamped, in one line
 cd "$(dirname "$0")/.." || exit 1
 dir=$(mktemp -d /tmp/picotron-faults.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
@@ -110,4 +112,14 @@ echo "     $(grep -v parameters "$dir/unwritable.log")"
 check "unwritable save_dir: one line before step 1, exit $rc" \
     test $rc -ne 0 -a "$(grep -c 'cannot write in checkpoint.save_dir /proc/picotron' "$dir/unwritable.log")" = 1 -a \
     ! -s "$dir/unwritable.jsonl" -a $(($(date +%s) - start)) -le 15
+# 7. keep_last, and threads beyond the cores
+write_config kept 5 1 ""
+sed -i 's/"save_frequency": 1,/"save_frequency": 1, "keep_last": 2,/; s/"logging"/"environment": {"OMP_NUM_THREADS": "64"}, "logging"/' \
+    "$dir/kept.json"
+train kept
+check "keep_last 2: steps 4 and 5 kept ($(cd "$dir/kept.ckpt" && echo [0-9]*))" \
+    test "$(cd "$dir/kept.ckpt" && echo [0-9]*)" = "4 5" -a "$(cat "$dir/kept.ckpt/latest")" = 5
+echo "     $(grep OMP_NUM_THREADS "$dir/kept.log")"
+check "64 threads x 4 ranks on $(nproc) cores: clamped, one line" \
+    test "$(grep -c "OMP_NUM_THREADS = 64 with 4 ranks on this node's $(nproc) cores: using 1 thread per rank" "$dir/kept.log")" = 1
 exit $((failures > 0))
