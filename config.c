@@ -614,6 +614,13 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
         }
     }
     if (cfg->num_key_value_heads == 0) cfg->num_key_value_heads = cfg->num_attention_heads;
+    const cJSON *head_dim = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if (cJSON_IsNumber(head_dim) && cfg->num_attention_heads > 0 &&
+        head_dim->valuedouble != cfg->hidden_size / cfg->num_attention_heads)
+        user_error(
+            "%s %s: head_dim = %g is not hidden_size / num_attention_heads = %d (picotron.c's "
+            "heads are that wide)",
+            who, path, head_dim->valuedouble, cfg->hidden_size / cfg->num_attention_heads);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
     snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
              cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");

@@ -65,7 +65,7 @@ static Flag flags[] = {
     SET("keep_last", A_INT, keep_last, "keep the newest N checkpoints in save_dir; 0: all"),
     SET("load_path", A_STR, load_path, "resume from a checkpoint folder, or a save_dir's latest"),
     SET("init_from", A_STR, init_from,
-        "start from a Hugging Face model folder's weights (with --model_config of it)"),
+        "start from a Hugging Face model folder's weights (its config.json is the model)"),
     SET("metrics_file", A_STR, metrics_file, "one JSON line per step goes to this file"),
     OWN("hf_token", A_NOTE,
         "--hf_token is not needed: picotron.c reads no hub (built-in presets, or --model_config)"),
@@ -197,7 +197,9 @@ int main(int argc, char **argv) {
     const char *out_dir = flag_value("out_dir") ? flag_value("out_dir") : "tmp";
     const char *exp_name = flag_value("exp_name") ? flag_value("exp_name") : "dummy_exp";
     const char *model_name = flag_value("model_name");
-    const char *model_config = flag_value("model_config");
+    // weights from a Hugging Face folder come with their architecture: its config.json
+    const char *model_config =
+        flag_value("model_config") ? flag_value("model_config") : flag_value("init_from");
     Config cfg;
     config_defaults(&cfg);
 
