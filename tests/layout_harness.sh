@@ -1,6 +1,6 @@
 # The layout-equivalence harness, sourced by the t_5x tests: trains the same small model on the
 # same data from the same seed with a given layout, then compares its loss at every step and its
-# final weights (reassembled by tensor name and global index) with the single-rank run.
+# final weights (whole tensors, from each run's model.safetensors) with the single-rank run.
 # Claim: parallelism changes speed, never the numbers. fp32 sums run in a different order, so the
 # tolerance is relative: LOSS_TOL on each step's loss, WEIGHT_TOL on ||a-b||/||a|| per tensor.
 # Losses agree to ~1e-7; weights to ~5e-6: AdamW divides each gradient by its own running RMS, so
