@@ -8,6 +8,7 @@
 #include "utils.h"
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TOK_MAGIC        "PICOTOK" // 8 bytes with its terminating zero
 #define TOK_VERSION      1
@@ -15,7 +16,9 @@
 #define LLMC_MAGIC       20240520 // llm.c's GPT-2 token shards
 #define LLMC_VERSION     1
 #define LLMC_HEADER_INTS 256
-#define DATASET_HINT     "set dataset.name in the config to a .txt, .tok or .bin file"
+#define READ_CHUNK_BYTES (1 << 20) // the file streams through this buffer into the token array
+#define DATASET_KINDS    "a .txt, .tok or .bin file"
+#define DATASET_HINT     "set dataset.name in the config to " DATASET_KINDS
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -33,96 +36,147 @@ static void write_le(unsigned char *p, uint64_t x, int bytes) {
     for (int i = 0; i < bytes; i++, x >>= 8) p[i] = (unsigned char)(x & 0xff);
 }
 
-// The whole file in memory; a file that cannot be read is the user's to fix: one line
-static unsigned char *read_file(const char *path, long *size) {
-    size_t n = 0;
-    unsigned char *bytes = (unsigned char *)read_whole_file(path, &n);
-    if (!bytes && errno == ENOENT)
-        user_error("dataset error: %s: no such file (%s)", path, DATASET_HINT);
-    if (!bytes) user_error("dataset error: %s: %s (%s)", path, strerror(errno), DATASET_HINT);
-    *size = (long)n;
-    return bytes;
+// The file's size, once it is known to be a regular file: fopen "succeeds" on a directory (whose
+// size then reads as LONG_MAX) and blocks forever on a FIFO, so stat looks first
+static uint64_t dataset_file_size(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT) user_error("dataset error: %s: no such file (%s)", path, DATASET_HINT);
+        user_error("dataset error: %s: %s (%s)", path, strerror(errno), DATASET_HINT);
+    }
+    if (S_ISDIR(st.st_mode))
+        user_error("dataset error: %s is a directory; dataset.name must be " DATASET_KINDS, path);
+    if (!S_ISREG(st.st_mode))
+        user_error("dataset error: %s is not a regular file (a pipe or a device); dataset.name "
+                   "must be " DATASET_KINDS,
+                   path);
+    return (uint64_t)st.st_size;
+}
+
+// exactly n bytes: the size was checked first, so a short read means a disk error or a file that
+// changed while it was read
+static void read_exactly(void *buf, size_t n, FILE *f, const char *path) {
+    if (fread(buf, 1, n, f) == n) return;
+    if (ferror(f))
+        user_error("dataset error: %s: reading failed: %s (check the disk)", path, strerror(errno));
+    user_error("dataset error: %s: the file ended early (did it change while train read it?)",
+               path);
 }
 
 // ".tok": magic[8] "PICOTOK\0", uint32 version, uint32 token width (2 or 4), uint64 token count,
 // zeros up to 64 bytes, then the tokens
-static void parse_tok(Dataset *ds, const unsigned char *bytes, long size, const char *path) {
-    if (size < TOK_HEADER_BYTES || memcmp(bytes, TOK_MAGIC, 8) != 0)
+static void read_tok_header(uint64_t *count, unsigned *width, FILE *f, uint64_t size,
+                            const char *path) {
+    unsigned char h[TOK_HEADER_BYTES];
+    if (size >= TOK_HEADER_BYTES) read_exactly(h, TOK_HEADER_BYTES, f, path);
+    if (size < TOK_HEADER_BYTES || memcmp(h, TOK_MAGIC, 8) != 0)
         user_error("dataset error: %s: not a .tok file (bad magic; write it with tokens_write)",
                    path);
-    uint32_t version = (uint32_t)read_le(bytes + 8, 4);
-    uint32_t width = (uint32_t)read_le(bytes + 12, 4);
-    uint64_t count = read_le(bytes + 16, 8);
+    uint32_t version = (uint32_t)read_le(h + 8, 4);
+    *width = (uint32_t)read_le(h + 12, 4);
+    *count = read_le(h + 16, 8);
     if (version != TOK_VERSION)
         user_error("dataset error: %s: .tok version %u, this build reads version %d "
                    "(rewrite it with tokens_write)",
                    path, version, TOK_VERSION);
-    if (width != 2 && width != 4)
+    if (*width != 2 && *width != 4)
         user_error("dataset error: %s: token width %u bytes, expected 2 or 4 "
                    "(rewrite it with tokens_write)",
-                   path, width);
-    uint64_t expected = TOK_HEADER_BYTES + count * width;
-    if ((uint64_t)size != expected)
-        user_error("dataset error: %s: %ld bytes but its header promises %llu tokens (%llu bytes): "
-                   "the file is truncated or corrupt (write it again)",
-                   path, size, (unsigned long long)count, (unsigned long long)expected);
-    ds->num_tokens = (long)count;
-    ds->tokens = xmalloc(count * sizeof(int));
-    const unsigned char *p = bytes + TOK_HEADER_BYTES;
-    for (uint64_t i = 0; i < count; i++) {
-        uint64_t token = read_le(p + i * width, (int)width);
-        if (token > INT32_MAX)
-            user_error("dataset error: %s: token %llu at position %llu does not fit an int "
-                       "(write it again with tokens_write)",
-                       path, (unsigned long long)token, (unsigned long long)i);
-        ds->tokens[i] = (int)token;
-    }
+                   path, *width);
 }
 
 // ".bin": llm.c's shard, 256 int32 (magic, version, token count, unused) then uint16 tokens
-static void parse_llmc(Dataset *ds, const unsigned char *bytes, long size, const char *path) {
-    if (size < LLMC_HEADER_INTS * 4 || read_le(bytes, 4) != LLMC_MAGIC)
+static void read_llmc_header(uint64_t *count, FILE *f, uint64_t size, const char *path) {
+    unsigned char h[LLMC_HEADER_INTS * 4];
+    if (size >= sizeof h) read_exactly(h, sizeof h, f, path);
+    if (size < sizeof h || read_le(h, 4) != LLMC_MAGIC)
         user_error("dataset error: %s: not an llm.c token shard (bad magic, expected %d; "
                    "write GPT-2 shards with llm.c's dev/data scripts)",
                    path, LLMC_MAGIC);
-    uint32_t version = (uint32_t)read_le(bytes + 4, 4);
+    uint32_t version = (uint32_t)read_le(h + 4, 4);
     if (version != LLMC_VERSION)
         user_error("dataset error: %s: llm.c shard version %u, this build reads version %d "
                    "(uint16 GPT-2 tokens)",
                    path, version, LLMC_VERSION);
-    uint64_t count = read_le(bytes + 8, 4);
-    uint64_t expected = LLMC_HEADER_INTS * 4 + count * 2;
-    if ((uint64_t)size != expected)
-        user_error("dataset error: %s: %ld bytes but its header promises %llu tokens (%llu bytes): "
-                   "the shard is truncated or corrupt (write it again)",
-                   path, size, (unsigned long long)count, (unsigned long long)expected);
-    ds->num_tokens = (long)count;
-    ds->tokens = xmalloc(count * sizeof(int));
-    for (uint64_t i = 0; i < count; i++)
-        ds->tokens[i] = (int)read_le(bytes + LLMC_HEADER_INTS * 4 + 2 * i, 2);
+    *count = read_le(h + 8, 4);
+}
+
+// The header's count must be exactly what the bytes after it hold. Dividing the size, never
+// multiplying the count, keeps a crafted count from wrapping around into a match, and nothing is
+// allocated before this check.
+static void check_token_count(const char *path, uint64_t count, uint64_t size, unsigned header,
+                              unsigned width) {
+    uint64_t fits = (size - header) / width, stray = (size - header) % width;
+    if (count == fits && stray == 0) return;
+    user_error("dataset error: %s: its header says %llu tokens but its %llu bytes hold %llu "
+               "(a %u-byte header, then %u bytes a token%s): the file is truncated or corrupt "
+               "(write it again)",
+               path, (unsigned long long)count, (unsigned long long)size, (unsigned long long)fits,
+               header, width, stray ? ", and stray bytes at the end" : "");
+}
+
+// every rank holds the whole corpus, so one larger than a rank's memory is the user's to shrink
+static int *alloc_tokens(uint64_t count, const char *path) {
+    int *tokens = NULL;
+    if (count <= SIZE_MAX / sizeof(int)) tokens = malloc(count ? count * sizeof(int) : 1);
+    if (!tokens)
+        user_error("dataset error: %s: %llu tokens need %.1f GiB on every rank, more than this "
+                   "machine can allocate (use a smaller dataset)",
+                   path, (unsigned long long)count, (double)count * sizeof(int) / (1 << 30));
+    return tokens;
+}
+
+// tokens: (count) ids, each `width` little-endian bytes in the file. An id must leave room for
+// vocab_size = id + 1 in an int.
+static void read_tokens(int *tokens, FILE *f, uint64_t count, unsigned width, const char *path) {
+    unsigned char *chunk = xmalloc(READ_CHUNK_BYTES);
+    for (uint64_t done = 0; done < count;) {
+        uint64_t n = READ_CHUNK_BYTES / width;
+        if (n > count - done) n = count - done;
+        read_exactly(chunk, n * width, f, path);
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t token = read_le(chunk + i * width, (int)width);
+            if (token >= INT32_MAX)
+                user_error("dataset error: %s: token %llu at position %llu is above the largest "
+                           "id this build reads, %d (write it again with tokens_write)",
+                           path, (unsigned long long)token, (unsigned long long)(done + i),
+                           INT32_MAX - 1);
+            tokens[done + i] = (int)token;
+        }
+        done += n;
+    }
+    free(chunk);
 }
 
 void dataset_open(Dataset *ds, const char *path) {
     memset(ds, 0, sizeof *ds);
     snprintf(ds->path, sizeof ds->path, "%s", path);
+    uint64_t size = dataset_file_size(path);
     int is_txt = ends_with(path, ".txt"), is_tok = ends_with(path, ".tok");
     if (!is_txt && !is_tok && !ends_with(path, ".bin"))
         user_error("dataset error: %s: unknown file type (%s)", path, DATASET_HINT);
-    long size = 0;
-    unsigned char *bytes = read_file(path, &size);
-    if (is_txt) {
-        // byte-level tokens: every byte of the UTF-8 text is one token, vocab 256
-        ds->num_tokens = size;
-        ds->tokens = xmalloc((size_t)size * sizeof(int));
-        for (long i = 0; i < size; i++) ds->tokens[i] = bytes[i];
-    } else if (is_tok) {
-        parse_tok(ds, bytes, size, path);
-    } else {
-        parse_llmc(ds, bytes, size, path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        user_error("dataset error: %s: cannot open it: %s (check its permissions)", path,
+                   strerror(errno));
+    // byte-level tokens for .txt: every byte of the UTF-8 text is one token, vocab 256
+    uint64_t count = size;
+    unsigned width = 1, header = 0;
+    if (is_tok) {
+        read_tok_header(&count, &width, f, size, path);
+        header = TOK_HEADER_BYTES;
+    } else if (!is_txt) {
+        read_llmc_header(&count, f, size, path);
+        width = 2;
+        header = LLMC_HEADER_INTS * 4;
     }
-    free(bytes);
+    check_token_count(path, count, size, header, width);
+    ds->tokens = alloc_tokens(count, path);
+    ds->num_tokens = (long)count;
+    read_tokens(ds->tokens, f, count, width, path);
+    fclose(f); // read-only: nothing is lost if closing fails
     for (long i = 0; i < ds->num_tokens; i++)
-        if (ds->tokens[i] + 1 > ds->vocab_size) ds->vocab_size = ds->tokens[i] + 1;
+        if (ds->tokens[i] >= ds->vocab_size) ds->vocab_size = ds->tokens[i] + 1;
 }
 
 void dataset_free(Dataset *ds) {

@@ -14,7 +14,8 @@ typedef struct {
 
 // path: ".txt" is read as UTF-8 and tokenised byte by byte (vocab 256); ".tok" is this project's
 // token file (header: magic, version, token count, token width); ".bin" is an llm.c token shard.
-// A missing or malformed file ends the run with one line naming it.
+// A missing or unreadable path, a directory or pipe, a header count the file's size does not
+// hold, a token id >= INT32_MAX or a corpus larger than memory: one line naming the file, exit 1.
 void dataset_open(Dataset *ds, const char *path);
 void dataset_free(Dataset *ds);
 long dataset_num_samples(const Dataset *ds, int seq_length);

@@ -4,10 +4,11 @@
 // Tolerance: none, token ids are compared exactly.
 //
 // usage: test_data all DIR           every check, scratch files in DIR
-//        test_data error KIND DIR    opens a bad file (KIND: missing, tok_magic, bin_magic,
-//                                    truncated, short, extension); must exit 1 with one line
+//        test_data error KIND DIR    writes a bad file (KIND: see open_bad_file), prints its path,
+//                                    opens it; must exit 1 with one line (77: cannot run here)
 #include "data.h"
 #include "utils.h"
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -253,12 +254,40 @@ static void check_corpus(void) {
     dataset_free(&ds);
 }
 
-static void open_bad_file(const char *kind, const char *dir) {
+// a .tok header written by hand, so a test can claim any count and width (tokens_write cannot lie)
+static void write_tok_header(FILE *f, uint64_t count, unsigned width) {
+    unsigned char h[64] = "PICOTOK";
+    for (int j = 0; j < 4; j++) h[8 + j] = (unsigned char)(1 >> (8 * j));
+    for (int j = 0; j < 4; j++) h[12 + j] = (unsigned char)(width >> (8 * j));
+    for (int j = 0; j < 8; j++) h[16 + j] = (unsigned char)(count >> (8 * j));
+    xfwrite(h, 1, sizeof h, f);
+}
+
+// Writes the bad file of KIND in DIR and prints its path (t_15 then points ./train at it), then
+// opens it. Returns 77 when this machine cannot make such a file.
+static int open_bad_file(const char *kind, const char *dir) {
     char path[1024];
     int tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     Dataset ds;
+    FILE *f;
     if (strcmp(kind, "missing") == 0) {
         snprintf(path, sizeof path, "%s/no_such_file.txt", dir);
+    } else if (strcmp(kind, "directory") == 0) {
+        snprintf(path, sizeof path, "%s/corpus.txt", dir); // its name alone says text
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) FAIL("", "cannot make %s", path);
+    } else if (strcmp(kind, "fifo") == 0) { // fopen would wait forever for a writer
+        snprintf(path, sizeof path, "%s/pipe.txt", dir);
+        if (mkfifo(path, 0644) != 0 && errno != EEXIST) FAIL("", "cannot make %s", path);
+    } else if (strcmp(kind, "unreadable") == 0) {
+        snprintf(path, sizeof path, "%s/secret_%d.txt", dir, (int)getuid());
+        unlink(path); // an earlier run's copy cannot be opened for writing either
+        write_bytes(path, "text", 4);
+        if (chmod(path, 0) != 0) FAIL("", "cannot chmod %s", path);
+        if (access(path, R_OK) == 0) {
+            printf("skip: %s stays readable to uid %d (root reads every file)\n", path,
+                   (int)getuid());
+            return 77;
+        }
     } else if (strcmp(kind, "tok_magic") == 0) {
         snprintf(path, sizeof path, "%s/bad.tok", dir);
         char junk[128] = "NOTATOKFILE";
@@ -270,24 +299,65 @@ static void open_bad_file(const char *kind, const char *dir) {
         snprintf(path, sizeof path, "%s/cut.tok", dir);
         tokens_write(path, tokens, 8);
         if (truncate(path, 64 + 2 * 5) != 0) FAIL("", "cannot truncate %s", path);
+    } else if (strcmp(kind, "huge_count") == 0) {
+        // 2^63 tokens of 2 bytes: count * width wraps to 0, the size of this header-only file
+        snprintf(path, sizeof path, "%s/huge.tok", dir);
+        f = xfopen(path, "wb");
+        write_tok_header(f, 1ull << 63, 2);
+        fclose(f);
+    } else if (strcmp(kind, "stray_byte") == 0) {
+        snprintf(path, sizeof path, "%s/stray.tok", dir);
+        tokens_write(path, tokens, 8);
+        f = xfopen(path, "ab");
+        xfwrite("x", 1, 1, f);
+        fclose(f);
+    } else if (strcmp(kind, "bin_count") == 0) { // llm.c's count is an int32: -1 here
+        snprintf(path, sizeof path, "%s/count.bin", dir);
+        write_llmc_bin(path, tokens, 8, 20240520);
+        f = xfopen(path, "r+b");
+        if (fseek(f, 8, SEEK_SET) != 0) FAIL("", "cannot seek in %s", path);
+        xfwrite("\xff\xff\xff\xff", 1, 4, f);
+        fclose(f);
+    } else if (strcmp(kind, "big_token") == 0) {
+        // id 2^31-1 would make vocab_size = id + 1 overflow an int and pass train's vocab check
+        snprintf(path, sizeof path, "%s/big.tok", dir);
+        f = xfopen(path, "wb");
+        write_tok_header(f, 40, 4); // enough for train's first window to reach position 5
+        unsigned char body[40 * 4] = {0};
+        for (int j = 0; j < 4; j++) body[5 * 4 + j] = (unsigned char)(INT32_MAX >> (8 * j));
+        xfwrite(body, 1, sizeof body, f);
+        fclose(f);
+    } else if (strcmp(kind, "huge_txt") == 0) {
+        // sparse: 8 TiB of text would need 32 TiB of ints on every rank
+        snprintf(path, sizeof path, "%s/huge.txt", dir);
+        write_bytes(path, "", 0);
+        if (truncate(path, 8ll << 40) != 0) {
+            printf("skip: this file system cannot hold a sparse 8 TiB file\n");
+            return 77;
+        }
     } else if (strcmp(kind, "short") == 0) {
         snprintf(path, sizeof path, "%s/short.tok", dir);
         tokens_write(path, tokens, 8);
+        printf("%s\n", path);
+        fflush(stdout);
         dataset_open(&ds, path);
         dataset_num_samples(&ds, 128); // 8 tokens cannot make one window of 129
-        return;
+        return 0;
     } else if (strcmp(kind, "extension") == 0) {
         snprintf(path, sizeof path, "%s/tokens.npy", dir);
         write_bytes(path, tokens, sizeof tokens);
     } else {
         FAIL("", "unknown error kind %s", kind);
     }
+    printf("%s\n", path);
+    fflush(stdout); // before the error ends the process
     dataset_open(&ds, path);
+    return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "error") == 0) {
-        open_bad_file(argv[2], argv[3]);
+        if (open_bad_file(argv[2], argv[3]) == 77) return 77;
         printf("%s: the bad file was accepted\n", argv[2]);
         return 0; // the script expects a failure: returning 0 here is the bug it reports
     }
