@@ -209,10 +209,12 @@ static void begin_save(const char *tmp, const ParamInfo *full, int n, const Conf
     if (make_dirs(tmp) != 0)
         FAIL("set checkpoint.save_dir to a folder you can write", "cannot create %s: %s", tmp,
              strerror(errno));
+    // model.safetensors takes the n parameters; optimizer.safetensors the n first moments, then
+    // the n second moments: each file is made once its entries are filled in
     SafetensorsEntry *entries = xmalloc(2 * n * sizeof(SafetensorsEntry));
     char path[1100];
     for (int part = 0; part < NUM_PARTS; part++) {
-        int first = part == 2 ? n : 0; // the two moments share optimizer.safetensors
+        int first = part == 2 ? n : 0;
         for (int j = 0; j < n; j++) {
             SafetensorsEntry *e = &entries[first + j];
             *e = (SafetensorsEntry){.rows = full[j].global_rows,
@@ -220,7 +222,7 @@ static void begin_save(const char *tmp, const ParamInfo *full, int n, const Conf
                                     .ndim = full[j].global_rows == 1 ? 1 : 2}; // norms are 1-D
             snprintf(e->name, sizeof e->name, "%s%s", full[j].name, PARTS[part].suffix);
         }
-        if (part == 1) continue;
+        if (part == 1) continue; // its file waits for the second moments
         snprintf(path, sizeof path, "%s/%s", tmp, PARTS[part].file);
         safetensors_create(path, entries, part == 0 ? n : 2 * n);
     }
