@@ -78,10 +78,8 @@ step_means() {
 header="run_name,status,dp,tp,pp,cp,mbs,grad_acc,seq_len,steps,avg_tokens_s_gpu,avg_mfu"
 global=$inp_dir/global_metrics.csv
 rows=()
-while IFS= read -r cfg; do
-    d=$(dirname "$cfg")
-    # folders below a job (checkpoints) are not jobs
-    for r in "${rows[@]+"${rows[@]}"}"; do [[ $d == "${r%%|*}"/* ]] && continue 2; done
+while IFS= read -r d; do
+    cfg=$d/config.json
     name=${d#"$inp_dir"}
     name=${name#/}
     name=${name:-.}
@@ -97,7 +95,7 @@ while IFS= read -r cfg; do
     printf '%s\n%s\n' "$header" "$row" >"$d/metrics.csv"
     rows+=("$d|$row")
     echo "$name: $steps steps after skipping $skip, tokens/s/GPU ${tps:--}, MFU ${mfu:--}%"
-done < <(find "$inp_dir" -name config.json -type f | LC_ALL=C sort)
+done < <(job_dirs "$inp_dir") # a job's checkpoints, with their config.json, are not jobs
 [ ${#rows[@]} -gt 0 ] ||
     die "no config.json in $inp_dir or its folders: it is not a sweep of submit_slurm_jobs.sh"
 {

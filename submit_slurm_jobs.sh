@@ -11,11 +11,21 @@
 # Each job folder gets job.slurm (the batch script), log_<slurm id>.out, job_id.txt (the last
 # Slurm id) and status.txt, which moves through the states of picotron's Status enum:
 #   init -> pending -> running -> completed | fail | oom | timeout
-# The batch script writes running, then completed (train exited 0), oom (the log shows an
-# out-of-memory error), timeout (Slurm's "DUE TO TIME LIMIT" in the log) or fail. A job killed
-# before it could write its end state is settled on the next call of this script: it asks
-# squeue, then `scontrol show job` (which remembers a job for MinJobAge, 300 s by default), then
-# sacct when accounting exists, and falls back to the log.
+# The batch script writes running, then completed (train exited 0), timeout (train stopped by a
+# signal and saved, or Slurm's "DUE TO TIME LIMIT" in the log), oom (the log shows an
+# out-of-memory error) or fail. A job killed before it could write its end state is settled on
+# the next call of this script: it asks squeue, then `scontrol show job` (which remembers a job
+# for MinJobAge, 300 s by default), then sacct when accounting exists, and falls back to the log.
+#
+# Stopping in time: the job asks Slurm for SIGUSR1 --signal_lead seconds before its time limit
+# (#SBATCH --signal=B:USR1@SECONDS; Slurm may send it up to a minute earlier). B: sends it to the
+# batch shell alone, which passes it on to the launcher: srun forwards USR1 to every task, MPICH's
+# mpirun to every rank. scancel and the time limit itself send SIGTERM to every process of the job
+# instead, and the shell passes that on too (srun then prints "forcing job termination", yet its
+# tasks still get KillWait seconds). On either signal ./train finishes its step, saves a checkpoint
+# in checkpoint.save_dir and exits 0; the log's "stopped by signal" line makes the state timeout.
+# `--only timeout` then resubmits the job, and a config whose checkpoint.load_path is its save_dir
+# continues from the latest checkpoint (this script warns about configs that would restart).
 #
 # Nodes and tasks: world size W = dp*tp*pp*cp, one rank per task. A GPU job puts one rank on
 # each GPU: W <= gpus_per_node gives one node with W tasks, otherwise W / gpus_per_node nodes of
@@ -33,6 +43,8 @@ usage: ./submit_slurm_jobs.sh --inp_dir DIR [options]
   --qos QOS              Slurm quality of service (#SBATCH --qos)
   --partition NAME       Slurm partition (#SBATCH --partition)
   --time LIMIT           job time limit, as sbatch reads it (default 01:00:00)
+  --signal_lead SECONDS  SIGUSR1 this long before the time limit, so train saves a checkpoint
+                         and stops (default 120; 0: no warning signal, only the limit's SIGTERM)
   --gpus_per_node N      GPUs (= ranks) per node for GPU jobs (default 8)
   --cpu                  CPU-only jobs (no GPUs requested)
   --cpus_per_node N      CPU jobs: ranks per node (default: all ranks on one node)
@@ -47,15 +59,33 @@ EOF
 }
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# die and json_get
+# die, json_get and job_dirs
 # shellcheck source=scripts/slurm_common.sh
 source "$script_dir/scripts/slurm_common.sh"
 
 is_posint() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
 
+# time_seconds LIMIT: sbatch's --time in seconds (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); nothing
+# for a form it does not know (UNLIMITED)
+time_seconds() {
+    local d=0 h=0 m=0 s=0 r
+    if [[ $1 =~ ^([0-9]+)-([0-9]+)(:([0-9]+))?(:([0-9]+))?$ ]]; then
+        r=("${BASH_REMATCH[@]}")
+        d=${r[1]} h=${r[2]} m=${r[4]:-0} s=${r[6]:-0}
+    elif [[ $1 =~ ^([0-9]+):([0-9]+):([0-9]+)$ ]]; then
+        h=${BASH_REMATCH[1]} m=${BASH_REMATCH[2]} s=${BASH_REMATCH[3]}
+    elif [[ $1 =~ ^([0-9]+)(:([0-9]+))?$ ]]; then
+        m=${BASH_REMATCH[1]} s=${BASH_REMATCH[3]:-0}
+    else
+        return 0
+    fi
+    echo $((((10#$d * 24 + 10#$h) * 60 + 10#$m) * 60 + 10#$s)) # 10#: 08 is not octal
+}
+
 # ---------------------------------------------------------------- options
 inp_dir="" qos="" partition="" time_limit="01:00:00" gpus_per_node=8 cpu=0 cpus_per_node=""
 max_nodes="" nb_slurm_array=0 only="" dry_run=0 status_only=0 launcher=srun train=""
+signal_lead=120
 while [ $# -gt 0 ]; do
     opt=$1
     case "$opt" in
@@ -64,7 +94,7 @@ while [ $# -gt 0 ]; do
     --status) status_only=1; shift; continue ;;
     -h | --help) usage; exit 0 ;;
     --inp_dir | --qos | --partition | --time | --gpus_per_node | --cpus_per_node | --max_nodes | \
-        --nb_slurm_array | --only | --launcher | --train)
+        --nb_slurm_array | --only | --launcher | --train | --signal_lead)
         [ $# -ge 2 ] || die "$opt needs a value (see --help)" ;;
     *) die "unknown option '$opt' (see --help)" ;;
     esac
@@ -82,6 +112,7 @@ while [ $# -gt 0 ]; do
     --only) only=$val ;;
     --launcher) launcher=$val ;;
     --train) train=$val ;;
+    --signal_lead) signal_lead=$val ;;
     esac
 done
 [ -n "$inp_dir" ] || die "--inp_dir is required: the folder that holds the config folders"
@@ -98,21 +129,21 @@ is_posint "$gpus_per_node" || die "--gpus_per_node must be a positive integer, n
 [ "$launcher" = srun ] || [ "$launcher" = mpirun ] ||
     die "--launcher $launcher: expected srun or mpirun"
 [ -z "$time_limit" ] && die "--time needs a limit such as 01:00:00"
+if ! [[ $signal_lead =~ ^[0-9]+$ ]] || [ "$signal_lead" -gt 65535 ]; then
+    die "--signal_lead must be a number of seconds from 0 to 65535 (Slurm's limit)," \
+        "not '$signal_lead'"
+fi
+limit_s=$(time_seconds "$time_limit")
+[ "$signal_lead" = 0 ] || [ -z "$limit_s" ] || [ "$signal_lead" -lt "$limit_s" ] ||
+    die "--signal_lead $signal_lead is not shorter than --time $time_limit ($limit_s s):" \
+        "the warning would come at once; give a shorter lead, or 0 for none"
 inp_dir=$(cd "$inp_dir" && pwd)
 [ -n "$train" ] || train=$script_dir/train
 [[ $train == /* ]] || train=$PWD/$train
 
 # ---------------------------------------------------------------- the jobs
 # A folder with a config.json is a job; folders below a job (checkpoints) are not.
-jobs=()
-while IFS= read -r cfg; do
-    d=$(dirname "$cfg")
-    nested=0
-    for j in "${jobs[@]+"${jobs[@]}"}"; do
-        [[ $d == "$j"/* ]] && nested=1 && break
-    done
-    [ $nested = 1 ] || jobs+=("$d")
-done < <(find "$inp_dir" -name config.json -type f | LC_ALL=C sort)
+mapfile -t jobs < <(job_dirs "$inp_dir")
 [ ${#jobs[@]} -gt 0 ] ||
     die "no config.json in $inp_dir or its folders:" \
         "write configs with ./create_config --out_dir $inp_dir ..."
@@ -162,7 +193,7 @@ settle() {
     TIMEOUT) set_status "$d" timeout ;;
     OUT_OF_MEMORY) set_status "$d" oom ;;
     *)
-        if [ -f "$log" ] && grep -q 'DUE TO TIME LIMIT' "$log"; then
+        if [ -f "$log" ] && grep -qE 'stopped by signal|DUE TO TIME LIMIT' "$log"; then
             set_status "$d" timeout
         elif [ -f "$log" ] && grep -qiE 'out of memory|OutOfMemory' "$log"; then
             set_status "$d" oom
@@ -239,6 +270,7 @@ write_job_script() {
         fi
         echo "#SBATCH --output=$d/log_%j.out"
         echo "#SBATCH --time=$time_limit"
+        [ "$signal_lead" = 0 ] || echo "#SBATCH --signal=B:USR1@$signal_lead"
         echo "#SBATCH --chdir=$PWD"
         [ -n "$partition" ] && echo "#SBATCH --partition=$partition"
         [ -n "$qos" ] && echo "#SBATCH --qos=$qos"
@@ -251,10 +283,13 @@ EOF
         [ $kind = gpu ] && echo "export CUDA_DEVICE_MAX_CONNECTIONS=1"
         cat <<EOF
 
-# status.txt: running now; at the end completed, oom, timeout or fail (picotron's states)
+# status.txt: running now; at the end completed, oom, timeout or fail (picotron's states).
+# timeout also when train stopped by a signal and saved: --only timeout resubmits it to continue.
 finish() {
     local state=fail
-    if [ "\$1" = 0 ]; then
+    if grep -q 'stopped by signal' "\$LOG" 2>/dev/null; then
+        state=timeout
+    elif [ "\$1" = 0 ]; then
         state=completed
     elif grep -qiE 'out of memory|OutOfMemory' "\$LOG" 2>/dev/null; then
         state=oom
@@ -264,16 +299,47 @@ finish() {
     echo "\$state" >"\$JOB_DIR/status.txt"
     exit "\$1"
 }
-# Slurm's time limit and scancel send SIGTERM: the log then tells which one it was
-trap 'sleep 1; finish 143' TERM
+# Slurm's warning before the time limit (USR1) comes to this shell alone; scancel and the limit
+# send TERM to every process. Both go on to the launcher, which hands them to the ranks: train
+# finishes its step, saves a checkpoint and exits 0.
+launcher=""
+forward() {
+    echo "batch script: got SIG\$1, passing it to the launcher (pid \$launcher)"
+    [ -n "\$launcher" ] && kill -"\$1" "\$launcher" 2>/dev/null
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
 echo running >"\$JOB_DIR/status.txt"
 echo "job \$SLURM_JOB_ID on \$SLURM_JOB_NODELIST: \$SLURM_NTASKS ranks"
 $launch '$train' --config "\$JOB_DIR/config.json" &
-wait \$!
+launcher=\$!
+# bash's wait returns as soon as a trapped signal arrives: wait again while the launcher lives
+while kill -0 "\$launcher" 2>/dev/null; do wait "\$launcher"; done
+wait "\$launcher" # bash keeps the exit status of a child it has reaped
 finish \$?
 EOF
     } >"$d/job.slurm"
     [ -f "$d/status.txt" ] || set_status "$d" init
+}
+
+# resume_note DIR: one line when resubmitting this job would not continue from its checkpoints;
+# train resumes from save_dir/latest only when checkpoint.load_path is the save_dir itself
+resume_note() {
+    local d=$1 save load
+    save=$(json_get "$d/config.json" checkpoint save_dir)
+    load=$(json_get "$d/config.json" checkpoint load_path)
+    [ "$load" = null ] && load=""
+    if [ -z "$save" ]; then
+        echo "warning: $(job_name "$d"): checkpoint.save_dir is empty: stopped by its time" \
+            "limit, this job saves nothing, and a resubmission restarts from step 1"
+    elif [ -z "$load" ]; then
+        echo "warning: $(job_name "$d"): checkpoint.load_path is empty, so a resubmission" \
+            "restarts from step 1; to continue from the latest checkpoint instead, write the" \
+            "config with ./create_config ... --load_path $save (or set it in $d/config.json)"
+    elif [ "$load" != "$save" ]; then
+        echo "warning: $(job_name "$d"): checkpoint.load_path $load is not its save_dir $save," \
+            "so a resubmission starts again from $load, not from the latest checkpoint"
+    fi
 }
 
 # ---------------------------------------------------------------- select and submit
@@ -291,6 +357,7 @@ for d in "${jobs[@]}"; do
 done
 # every job script is written (and every layout checked) before anything is submitted
 for d in "${selected[@]+"${selected[@]}"}"; do write_job_script "$d"; done
+for d in "${selected[@]+"${selected[@]}"}"; do resume_note "$d"; done
 
 if [ $dry_run = 1 ]; then
     for d in "${selected[@]+"${selected[@]}"}"; do echo "wrote $d/job.slurm"; done

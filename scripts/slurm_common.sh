@@ -15,3 +15,16 @@ json_get() {
         grep -oE "\"$3\"[[:space:]]*:[[:space:]]*(\"[^\"]*\"|[^,}[:space:]]+)" | head -n1 |
         sed -E 's/^[^:]*:[[:space:]]*//; s/^"//; s/"$//'
 }
+
+# job_dirs DIR: the job folders under DIR, one a line: every folder that holds a config.json, but
+# none inside another job (a job's checkpoints hold a config.json too). Sorting the folders, not
+# the files, puts a job before its checkpoints: "job" < "job/40", while "job/40/config.json"
+# < "job/config.json".
+job_dirs() {
+    local d j found=()
+    while IFS= read -r d; do
+        for j in "${found[@]+"${found[@]}"}"; do [[ $d == "$j"/* ]] && continue 2; done
+        found+=("$d")
+        echo "$d"
+    done < <(find "$1" -name config.json -type f -printf '%h\n' | LC_ALL=C sort)
+}

@@ -6,6 +6,8 @@
 # job after the failed first one ended, `--only fail` resubmits just the failed job, a job past
 # its time limit ends `timeout` and an out-of-memory log ends `oom`; extract_metrics.sh writes a
 # row per job whose mean tokens/s/GPU and MFU over steps 4-6 match the log read by numfmt.
+# A job given Slurm's warning signal (USR1 to the batch shell, as --signal=B:USR1@ sends it)
+# saves at step S and ends `timeout`; `--only timeout` resubmits it and it trains on from S+1.
 # Needs root and ../shared/tools (start-local-slurm.sh); skipped otherwise.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -81,7 +83,9 @@ make_config side2 oom 1
 printf '#!/bin/sh\nexec sleep 600\n' >"$tmp/sleeper"
 printf '#!/bin/sh\necho "cudaMalloc failed: out of memory" >&2\nexit 1\n' >"$tmp/oomer"
 chmod +x "$tmp/sleeper" "$tmp/oomer"
-./submit_slurm_jobs.sh --inp_dir "$tmp/side" --cpu --time 1 --train "$tmp/sleeper" >/dev/null ||
+# the sleeper cannot save: no warning signal, only the time limit's SIGTERM
+./submit_slurm_jobs.sh --inp_dir "$tmp/side" --cpu --time 1 --signal_lead 0 \
+    --train "$tmp/sleeper" >/dev/null ||
     echo "FAIL: submitting the timeout job"
 ./submit_slurm_jobs.sh --inp_dir "$tmp/side2" --cpu --train "$tmp/oomer" >/dev/null ||
     echo "FAIL: submitting the oom job"
@@ -158,6 +162,43 @@ for j in single dp2; do
             exit !ok }'
 done
 check "bad: row with no numbers" grep -qx "bad,fail,1,1,1,1,2,1,64,0,," "$csv"
+
+# ---- the warning signal: train saves and stops, --only timeout continues from the checkpoint
+# load_path = save_dir (the job folder): a fresh start the first time, a resume after that
+./create_config --out_dir "$tmp/resume" --exp_name long --dp 2 --tp 1 --pp 1 --cp 1 \
+    --model_name picotron-tiny --seq_len 64 --mbs 2 --grad_acc_steps 1 \
+    --total_train_steps 100000 --save_frequency 0 --load_path "$tmp/resume/long" --use_cpu \
+    --overwrite >/dev/null || { echo "FAIL: create_config long"; exit 1; }
+./submit_slurm_jobs.sh --inp_dir "$tmp/resume" --cpu --time 00:05:00 >"$tmp/long.out" 2>&1
+check "long: submitted, no restart warning" bash -c "grep -q 'submitted 1 of 1' '$tmp/long.out' &&
+    ! grep -q warning '$tmp/long.out'"
+long_id=$(cat "$tmp/resume/long/job_id.txt")
+long_log=$tmp/resume/long/log_$long_id.out
+steps_logged() { local n; n=$(grep -c 'Step:' "$1" 2>/dev/null); echo "${n:-0}"; }
+until [ "$(steps_logged "$long_log")" -ge 3 ] || [ "$(date +%s)" -ge $deadline ]; do sleep 0.5; done
+scancel --signal=USR1 --batch "$long_id"
+wait_jobs resume/long
+stopped=$(grep 'stopped by signal' "$long_log")
+echo "    $stopped"
+S=$(echo "$stopped" | sed -nE 's/^stopped by signal 10 after step ([0-9]+):.*/\1/p')
+check "long: the batch shell passed USR1 on" grep -q 'got SIGUSR1, passing it' "$long_log"
+check "long: train stopped by signal 10 (USR1) after step ${S:-?}" test -n "$S"
+check "long: timeout ($(status resume/long))" test "$(status resume/long)" = timeout
+check "long: latest names step $S ($(cat "$tmp/resume/long/latest" 2>/dev/null))" \
+    test "$(cat "$tmp/resume/long/latest" 2>/dev/null)" = "$S"
+# three more steps, so the continued job completes
+sed -i -E "s/(\"total_train_steps\"[[:space:]]*:[[:space:]]*)[0-9]+/\1$((S + 3))/" \
+    "$tmp/resume/long/config.json"
+./submit_slurm_jobs.sh --inp_dir "$tmp/resume" --cpu --time 00:05:00 --only timeout \
+    >"$tmp/long2.out" 2>&1
+check "--only timeout: 1 job submitted" grep -q "submitted 1 of 1 jobs (--only timeout)" \
+    "$tmp/long2.out"
+wait_jobs resume/long
+long_log=$tmp/resume/long/log_$(cat "$tmp/resume/long/job_id.txt").out
+steps=$(grep -oE 'Step: +[0-9]+' "$long_log" | awk '{print $2}' | tr '\n' ' ')
+check "long: continued at step $((S + 1)), steps $steps" test "$steps" = \
+    "$((S + 1)) $((S + 2)) $((S + 3)) "
+check "long: completed ($(status resume/long))" test "$(status resume/long)" = completed
 
 # ---- the timeout and the oom
 wait_jobs side/slow side2/oom
