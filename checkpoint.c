@@ -318,6 +318,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     char dir[1024], tmp[1040], path[1100];
     snprintf(dir, sizeof dir, "%s/%d", cfg->save_dir, step);
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    double start = now_seconds();
     ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
     int n = model_full_table(full, cfg);
     if (pgm->global_rank == 0) begin_save(tmp, full, n, cfg);
@@ -350,6 +351,13 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
         keep_newest(cfg->save_dir, cfg->keep_last);
     }
     barrier(&pgm->world);
+    if (pgm->global_rank == 0) {
+        double floats = 0;
+        for (int j = 0; j < n; j++) floats += (double)full[j].global_rows * full[j].global_cols;
+        printf("[rank 0] checkpoint %s: %.1f MB in %.2f s\n", dir,
+               NUM_PARTS * floats * sizeof(float) / 1e6, now_seconds() - start);
+        fflush(stdout);
+    }
     free(host);
     free(sums);
     free(full);
