@@ -85,11 +85,11 @@ kill -TERM $pid; wait $pid
 write_config diverged 50 1 "" 1e6
 train diverged
 rc=$?
-line=$(grep "diverged" "$dir/diverged.log")
+line=$(grep "training diverged" "$dir/diverged.log")
 echo "     $line"
 at=$(echo "$line" | sed -n 's/.*diverged at step \([0-9]*\).*/\1/p')
 check "lr 1e6: one divergence line naming step, learning rate and tensor, exit $rc" \
-    test "$(grep -c diverged "$dir/diverged.log")" = 1 -a $rc -ne 0 -a -n "$at" -a \
+    test "$(grep -c "training diverged" "$dir/diverged.log")" = 1 -a $rc -ne 0 -a -n "$at" -a \
     -n "$(echo "$line" | grep 'learning rate 1e+06.*first tensor with a non-finite gradient: model\.')"
 check "no checkpoint of step $at or later; latest is step $((at - 1))" \
     test "$(cat "$dir/diverged.ckpt/latest")" = $((at - 1)) -a ! -e "$dir/diverged.ckpt/$at"
