@@ -40,17 +40,18 @@ else
 endif
 
 CORE_SRC = utils.c config.c data.c model.c model_memory.c optimizer.c process_group_manager.c data_parallel.c \
-           tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c safetensors.c
+           tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c safetensors.c tokenizer.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps run test test-asan clean format
-all: train create_config $(TESTS) $(BENCHES)
+# the programs, each its own main: ./train, ./create_config, ./prepare_data, ./generate
+PROGRAMS = $(basename $(wildcard train.c create_config.c prepare_data.c generate.c))
 
-train: $(BUILD)/train.o $(CORE_OBJ)
-	$(CC) -o $@ $^ $(LDLIBS)
-create_config: $(BUILD)/create_config.o $(CORE_OBJ)
+.PHONY: all deps run test test-asan clean format
+all: $(PROGRAMS) $(TESTS) $(BENCHES)
+
+$(PROGRAMS): %: $(BUILD)/%.o $(CORE_OBJ)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(BUILD)/bin/%: $(BUILD)/%.o $(CORE_OBJ)
 	@mkdir -p $(dir $@)
@@ -90,14 +91,13 @@ test: deps
 ASAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -march=native" SANITIZE="$(ASAN)" \
-	    build-asan/bin/train build-asan/bin/create_config \
-	    $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
-	@cp build-asan/bin/train build-asan/bin/create_config .
+	    $(PROGRAMS:%=build-asan/bin/%) $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
+	@cp $(PROGRAMS:%=build-asan/bin/%) .
 	@ASAN_OPTIONS=detect_leaks=0 PICOTRON_BUILD=build-asan bash tests/run_tests.sh; \
-	    status=$$?; rm -f train create_config; exit $$status
+	    status=$$?; rm -f $(PROGRAMS); exit $$status
 
 format:
 	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c
 
 clean:
-	rm -rf build build-asan build-gpu build-emu train create_config
+	rm -rf build build-asan build-gpu build-emu $(PROGRAMS)

@@ -74,6 +74,7 @@ static const Field fields[] = {
     KEY("training", "adam_beta2", T_FLOAT, adam_beta2),
     KEY("training", "adam_eps", T_FLOAT, adam_eps),
     KEY("dataset", "name", T_STR, dataset_name),
+    KEY("dataset", "tokenizer", T_STR, tokenizer),
     IGNORED("dataset", "subset_name", "null"),
     IGNORED("dataset", "num_workers", "0"),
     IGNORED("dataset", "num_proc", "1"),

@@ -31,6 +31,7 @@ typedef struct {
     float weight_decay, adam_beta1, adam_beta2, adam_eps;
     // dataset
     char dataset_name[512]; // a .txt (byte-tokenised), a token file (.tok) or llm.c .bin
+    char tokenizer[512];    // the tokenizer the token file was made with ("": bytes, or unnamed)
     // checkpoint
     char save_dir[512];
     int save_frequency;  // 0: never

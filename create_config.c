@@ -60,6 +60,8 @@ static Flag flags[] = {
     SET("total_train_steps", A_INT, total_train_steps, "optimizer steps to train"),
     SET("seed", A_INT, seed, "seed of the weights and the data order"),
     SET("dataset", A_STR, dataset_name, "a .txt (bytes), a .tok token file or an llm.c .bin"),
+    SET("tokenizer", A_STR, tokenizer,
+        "the tokenizer the .tok was made with (./prepare_data --tokenizer): train checks them"),
     SET("save_dir", A_STR, save_dir, "checkpoint folder (default <out_dir>/<exp_name>)"),
     SET("save_frequency", A_INT, save_frequency, "save a checkpoint every N steps; 0: never"),
     SET("keep_last", A_INT, keep_last, "keep the newest N checkpoints in save_dir; 0: all"),

@@ -5,6 +5,7 @@
 // without shuffling: the data a rank reads follows from (step, micro-batch, dp rank) alone, which
 // makes every layout read exactly the same global batch.
 #include "data.h"
+#include "tokenizer.h"
 #include "utils.h"
 #include <errno.h>
 #include <string.h>
@@ -64,8 +65,9 @@ static void read_exactly(void *buf, size_t n, FILE *f, const char *path) {
 }
 
 // ".tok": magic[8] "PICOTOK\0", uint32 version, uint32 token width (2 or 4), uint64 token count,
-// zeros up to 64 bytes, then the tokens
-static void read_tok_header(uint64_t *count, unsigned *width, FILE *f, uint64_t size,
+// uint64 tokenizer fingerprint, uint32 tokenizer vocabulary size (both 0: not recorded), zeros up
+// to 64 bytes, then the tokens
+static void read_tok_header(Dataset *ds, uint64_t *count, unsigned *width, FILE *f, uint64_t size,
                             const char *path) {
     unsigned char h[TOK_HEADER_BYTES];
     if (size >= TOK_HEADER_BYTES) read_exactly(h, TOK_HEADER_BYTES, f, path);
@@ -75,6 +77,8 @@ static void read_tok_header(uint64_t *count, unsigned *width, FILE *f, uint64_t 
     uint32_t version = (uint32_t)read_le(h + 8, 4);
     *width = (uint32_t)read_le(h + 12, 4);
     *count = read_le(h + 16, 8);
+    ds->tokenizer_fingerprint = read_le(h + 24, 8);
+    ds->tokenizer_vocab_size = (int)read_le(h + 32, 4);
     if (version != TOK_VERSION)
         user_error("dataset error: %s: .tok version %u, this build reads version %d "
                    "(rewrite it with tokens_write)",
@@ -163,7 +167,7 @@ void dataset_open(Dataset *ds, const char *path) {
     uint64_t count = size;
     unsigned width = 1, header = 0;
     if (is_tok) {
-        read_tok_header(&count, &width, f, size, path);
+        read_tok_header(ds, &count, &width, f, size, path);
         header = TOK_HEADER_BYTES;
     } else if (!is_txt) {
         read_llmc_header(&count, f, size, path);
@@ -211,7 +215,8 @@ void dataset_get_batch(int *inputs, int *targets, const Dataset *ds, int step, i
     }
 }
 
-void tokens_write(const char *path, const int *tokens, long n) {
+void tokens_write(const char *path, const int *tokens, long n, uint64_t tokenizer_fingerprint,
+                  int tokenizer_vocab_size) {
     int width = 2;
     for (long i = 0; i < n; i++) {
         if (tokens[i] < 0)
@@ -224,6 +229,8 @@ void tokens_write(const char *path, const int *tokens, long n) {
     write_le(header + 8, TOK_VERSION, 4);
     write_le(header + 12, (uint64_t)width, 4);
     write_le(header + 16, (uint64_t)n, 8);
+    write_le(header + 24, tokenizer_fingerprint, 8);
+    write_le(header + 32, (uint64_t)tokenizer_vocab_size, 4);
     unsigned char *body = xmalloc((size_t)n * width);
     for (long i = 0; i < n; i++) write_le(body + i * width, (uint64_t)tokens[i], width);
     FILE *f = xfopen(path, "wb");
@@ -231,6 +238,34 @@ void tokens_write(const char *path, const int *tokens, long n) {
     xfwrite(body, 1, (size_t)n * width, f);
     if (fclose(f) != 0) FAIL("is the disk full?", "closing %s failed", path);
     free(body);
+}
+
+void dataset_check_tokenizer(const Dataset *ds, const Config *cfg) {
+    if (ds->tokenizer_vocab_size > cfg->vocab_size)
+        user_error("config error: model.vocab_size = %d is smaller than the vocabulary of the "
+                   "tokenizer %s was made with (%d tokens): raise it",
+                   cfg->vocab_size, ds->path, ds->tokenizer_vocab_size);
+    if (!cfg->tokenizer[0]) return;
+    if (!ends_with(ds->path, ".tok"))
+        user_error("dataset error: dataset.tokenizer = %s, but %s is not a token file: make one "
+                   "with ./prepare_data --tokenizer %s --input %s --output FILE.tok",
+                   cfg->tokenizer, ds->path, cfg->tokenizer, ds->path);
+    Tokenizer *t = tokenizer_load(cfg->tokenizer);
+    int vocab = tokenizer_vocab_size(t);
+    uint64_t fingerprint = tokenizer_fingerprint(t);
+    tokenizer_free(t);
+    if (cfg->vocab_size < vocab)
+        user_error("config error: model.vocab_size = %d is smaller than the vocabulary of "
+                   "dataset.tokenizer %s (%d tokens): raise it",
+                   cfg->vocab_size, cfg->tokenizer, vocab);
+    if (!ds->tokenizer_fingerprint)
+        user_error("dataset error: %s records no tokenizer, but dataset.tokenizer = %s: prepare "
+                   "it with ./prepare_data --tokenizer %s, or leave dataset.tokenizer empty",
+                   ds->path, cfg->tokenizer, cfg->tokenizer);
+    if (ds->tokenizer_fingerprint != fingerprint)
+        user_error("dataset error: %s was made with another tokenizer than dataset.tokenizer = "
+                   "%s: prepare it again with ./prepare_data --tokenizer %s",
+                   ds->path, cfg->tokenizer, cfg->tokenizer);
 }
 
 void micro_batch_loader_init(MicroBatchDataLoader *loader, const Dataset *ds, const Config *cfg,

@@ -9,6 +9,9 @@ typedef struct {
     int *tokens; // the whole corpus, every rank holds it (small corpora; mmap later)
     long num_tokens;
     int vocab_size; // largest token id + 1 seen in the file
+    // what a .tok file says of the tokenizer that made it (0: not recorded; .txt and .bin)
+    uint64_t tokenizer_fingerprint;
+    int tokenizer_vocab_size;
     char path[512]; // the file, for error messages
 } Dataset;
 
@@ -26,8 +29,13 @@ void dataset_get_batch(int *inputs, int *targets, const Dataset *ds, int step, i
                        int grad_acc, int mbs, int seq_length, int dp_rank, int dp_size,
                        long num_samples);
 
-// writes tokens as a ".tok" file (width 2 bytes when every token < 65536, else 4)
-void tokens_write(const char *path, const int *tokens, long n);
+// writes tokens as a ".tok" file (width 2 bytes when every token < 65536, else 4), recording
+// the tokenizer that made them (fingerprint and vocabulary size; 0, 0: none)
+void tokens_write(const char *path, const int *tokens, long n, uint64_t tokenizer_fingerprint,
+                  int tokenizer_vocab_size);
+// With dataset.tokenizer set: the model's vocabulary holds the tokenizer's, and a .tok file was
+// made with that tokenizer; one line otherwise
+void dataset_check_tokenizer(const Dataset *ds, const Config *cfg);
 
 // picotron's MicroBatchDataLoader: this rank's tokens and targets for (step, micro-batch), its
 // dp share of the global batch and its cp share of each sequence. It returns tokens; what reads

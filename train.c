@@ -167,6 +167,7 @@ int main(int argc, char **argv) {
     process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size);
     Dataset ds;
     dataset_open(&ds, cfg.dataset_name);
+    dataset_check_tokenizer(&ds, &cfg);
     if (ds.vocab_size > cfg.vocab_size)
         user_error("config error: model.vocab_size = %d but %s holds token %d (raise it)",
                    cfg.vocab_size, cfg.dataset_name, ds.vocab_size - 1);

@@ -97,7 +97,7 @@ static void check_tok(const char *dir, int max_token, int expected_width) {
     tokens[N / 2] = max_token; // the largest id must survive the chosen width
     char path[1024];
     snprintf(path, sizeof path, "%s/w%d.tok", dir, expected_width);
-    tokens_write(path, tokens, N);
+    tokens_write(path, tokens, N, 0, 0);
 
     // the header, byte by byte, as the format documents it
     long size;
@@ -297,7 +297,7 @@ static int open_bad_file(const char *kind, const char *dir) {
         write_llmc_bin(path, tokens, 8, 12345);
     } else if (strcmp(kind, "truncated") == 0) {
         snprintf(path, sizeof path, "%s/cut.tok", dir);
-        tokens_write(path, tokens, 8);
+        tokens_write(path, tokens, 8, 0, 0);
         if (truncate(path, 64 + 2 * 5) != 0) FAIL("", "cannot truncate %s", path);
     } else if (strcmp(kind, "huge_count") == 0) {
         // 2^63 tokens of 2 bytes: count * width wraps to 0, the size of this header-only file
@@ -307,7 +307,7 @@ static int open_bad_file(const char *kind, const char *dir) {
         fclose(f);
     } else if (strcmp(kind, "stray_byte") == 0) {
         snprintf(path, sizeof path, "%s/stray.tok", dir);
-        tokens_write(path, tokens, 8);
+        tokens_write(path, tokens, 8, 0, 0);
         f = xfopen(path, "ab");
         xfwrite("x", 1, 1, f);
         fclose(f);
@@ -337,7 +337,7 @@ static int open_bad_file(const char *kind, const char *dir) {
         }
     } else if (strcmp(kind, "short") == 0) {
         snprintf(path, sizeof path, "%s/short.tok", dir);
-        tokens_write(path, tokens, 8);
+        tokens_write(path, tokens, 8, 0, 0);
         printf("%s\n", path);
         fflush(stdout);
         dataset_open(&ds, path);
