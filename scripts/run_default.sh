@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What `make run` runs after building: writes a config for the default tiny Llama on the bundled
 # Jane Austen corpus and trains it with dp=2 x tp=2 x pp=2 (1F1B) on 8 MPI ranks, one loss line
-# per step. Environment overrides: STEPS, NP, DP, TP, PP, PP_ENGINE, MODEL, SEQ_LEN, MBS,
+# per step, then prints what the model writes after a prompt from the book. Environment overrides: STEPS, NP, DP, TP, PP, PP_ENGINE, MODEL, SEQ_LEN, MBS,
 # GRAD_ACC, DATASET, e.g. `STEPS=20 make run` or `NP=4 DP=1 make run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,8 @@ GRAD_ACC=${GRAD_ACC:-2}
 DATASET=${DATASET:-data/austen.txt}
 EXP=picotron-tiny-3d
 
-for exe in create_config train; do
+PROMPT=${PROMPT:-It is a truth universally acknowledged}
+for exe in create_config train generate; do
     [ -x "./$exe" ] || { echo "run_default: ./$exe is not built; run make first" >&2; exit 1; }
 done
 
@@ -41,5 +42,10 @@ run() {
 run ./create_config --out_dir tmp --exp_name "$EXP" --dp "$DP" --tp "$TP" --pp "$PP" \
     --pp_engine "$PP_ENGINE" --model_name "$MODEL" --seq_len "$SEQ_LEN" --mbs "$MBS" \
     --grad_acc_steps "$GRAD_ACC" --total_train_steps "$STEPS" --dataset "$DATASET" \
-    --learning_rate 1e-3 --use_cpu --overwrite
+    --learning_rate 1e-3 --save_frequency "$STEPS" --use_cpu --overwrite
 run mpirun -np "$NP" ./train --config "tmp/$EXP/config.json"
+# the checkpoint of the last step (tmp/$EXP/latest names it), continued from the prompt
+echo
+run ./generate --checkpoint "tmp/$EXP" --prompt "$PROMPT" --max_new_tokens 200 --temperature 0.8 \
+    --top_k 40 --seed 1
+echo

@@ -13,10 +13,10 @@
 # a portable target: OPT="-O2 -g -march=x86-64-v3").
 set -euo pipefail
 CFLAGS="${OPT:--O2 -march=native -g} -std=gnu11 -Wall -Wextra -fopenmp -I."
-# the core objects of a build: every top-level object but the two programs'
+# the core objects of a build: every top-level object but the programs' (each has a main)
 core_objs() {
     for obj in "$1"/*.o; do
-        case $obj in */train.o | */create_config.o) ;; *) echo "$obj" ;; esac
+        case $obj in */train.o | */create_config.o | */prepare_data.o | */generate.o) ;; *) echo "$obj" ;; esac
     done
 }
 if [ "${1:-}" = --emulate ]; then
