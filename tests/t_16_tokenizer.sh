@@ -5,7 +5,9 @@
 # decoding gives every byte back. Each bad tokenizer (missing, an empty folder, broken JSON, not
 # BPE, Llama-3's pattern, no byte tokens, a negative id, a vocab.json without merges.txt, a bad
 # merges line, a merge outside the vocabulary) ends test_tokenizer's tokenizer_load with exit 1
-# and exactly one line on stderr that names the file.
+# and exactly one line on stderr that names the file. Where Hugging Face's tokenizers and
+# transformers can be imported (TOKENIZERS_PYTHON, default python3), the fixtures are made again
+# from them in a copy of the tree and must be the shipped ones, byte for byte.
 cd "$(dirname "$0")/.." || exit 1
 bin=${PICOTRON_BUILD:-build}/tests/test_tokenizer
 [ -x "$bin" ] || { echo "$bin is not built (run make)"; exit 1; }
@@ -50,4 +52,20 @@ for kind in "${kinds[@]}"; do
         echo "ok   $kind: exit $rc: $(sed "s|$dir|DIR|g" "$dir/err")"
     fi
 done
+python=${TOKENIZERS_PYTHON:-python3}
+if $python -c "import tokenizers, transformers" 2>/dev/null; then
+    mkdir -p "$dir/tree/tests/reference" "$dir/tree/tests/fixtures"
+    cp -r data "$dir/tree/"
+    cp tests/reference/make_tokenizer_fixture.py "$dir/tree/tests/reference/"
+    if $python "$dir/tree/tests/reference/make_tokenizer_fixture.py" >"$dir/make.log" 2>&1 &&
+        diff -r tests/fixtures/tokenizer "$dir/tree/tests/fixtures/tokenizer" >/dev/null &&
+        cmp -s data/gpt2/tokenizer.json "$dir/tree/data/gpt2/tokenizer.json"; then
+        echo "ok   the fixtures, made again by $(head -n 1 "$dir/make.log"), are the shipped ones"
+    else
+        echo "FAIL the fixtures made again differ from the shipped ones:"; tail -n 3 "$dir/make.log"
+        bad=1
+    fi
+else
+    echo "skip making the fixtures again: no tokenizers/transformers in $python (set TOKENIZERS_PYTHON)"
+fi
 exit $bad
