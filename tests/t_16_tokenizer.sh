@@ -52,7 +52,19 @@ for kind in "${kinds[@]}"; do
         echo "ok   $kind: exit $rc: $(sed "s|$dir|DIR|g" "$dir/err")"
     fi
 done
+# the Python that makes them: TOKENIZERS_PYTHON, python3 when it has the packages, else a venv of
+# the pinned versions in build/ (made once, when pip can reach its index; otherwise this skips)
 python=${TOKENIZERS_PYTHON:-python3}
+venv=${PICOTRON_BUILD:-build}/tokenizers-venv
+if ! $python -c "import tokenizers, transformers" 2>/dev/null && [ -z "${TOKENIZERS_PYTHON:-}" ]; then
+    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import tokenizers, transformers" 2>/dev/null; then
+        rm -rf "$venv"
+        { python3 -m venv "$venv" &&
+          timeout 300 "$venv/bin/pip" install -q tokenizers==0.23.3 transformers==5.24.0; } \
+            >"$dir/pip.log" 2>&1 || rm -rf "$venv"
+    fi
+    [ -x "$venv/bin/python" ] && python=$venv/bin/python
+fi
 if $python -c "import tokenizers, transformers" 2>/dev/null; then
     mkdir -p "$dir/tree/tests/reference" "$dir/tree/tests/fixtures"
     cp -r data "$dir/tree/"
@@ -60,12 +72,12 @@ if $python -c "import tokenizers, transformers" 2>/dev/null; then
     if $python "$dir/tree/tests/reference/make_tokenizer_fixture.py" >"$dir/make.log" 2>&1 &&
         diff -r tests/fixtures/tokenizer "$dir/tree/tests/fixtures/tokenizer" >/dev/null &&
         cmp -s data/gpt2/tokenizer.json "$dir/tree/data/gpt2/tokenizer.json"; then
-        echo "ok   the fixtures, made again by $(head -n 1 "$dir/make.log"), are the shipped ones"
+        echo "ok   the fixtures, made again by $(grep -m1 "^tokenizers" "$dir/make.log"), are the shipped ones"
     else
         echo "FAIL the fixtures made again differ from the shipped ones:"; tail -n 3 "$dir/make.log"
         bad=1
     fi
 else
-    echo "skip making the fixtures again: no tokenizers/transformers in $python (set TOKENIZERS_PYTHON)"
+    echo "skip making the fixtures again: no tokenizers/transformers in $python, and pip could not install them ($(tail -n 1 "$dir/pip.log" 2>/dev/null))"
 fi
 exit $bad
