@@ -51,9 +51,10 @@ static int owns_block(const Model *model, const ParamInfo *p) {
 }
 
 static int full_index(const ParamInfo *full, int n, const char *name) {
-    for (int j = 0; j < n; j++)
-        if (strcmp(full[j].name, name) == 0) return j;
-    FAIL("a tensor of this rank is not in the whole model's table", "unknown tensor %s", name);
+    int j = param_table_find(full, n, name);
+    if (j < 0)
+        FAIL("a tensor of this rank is not in the whole model's table", "unknown tensor %s", name);
+    return j;
 }
 
 // p's tensor (of the given part) in whichever file holds it, its shape checked against p's
@@ -366,6 +367,16 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
 // ---------------------------------------------------------------------------------------------
 // loading
 
+int checkpoint_latest(char *dir, size_t size, const char *save_dir) {
+    char file[1100];
+    snprintf(file, sizeof file, "%s/latest", save_dir);
+    char *latest = read_whole_file(file, NULL);
+    if (!latest) return 0;
+    snprintf(dir, size, "%s/%d", save_dir, atoi(latest));
+    free(latest);
+    return 1;
+}
+
 // path itself, or the checkpoint a save_dir's latest names; 0 when path is this run's save_dir
 // and it holds no checkpoint yet
 static int find_checkpoint(char *dir, size_t size, const char *path, const Config *cfg) {
@@ -373,15 +384,8 @@ static int find_checkpoint(char *dir, size_t size, const char *path, const Confi
     char file[1100];
     snprintf(file, sizeof file, "%s/state.json", path);
     if (stat(file, &st) == 0) return snprintf(dir, size, "%s", path), 1;
-    snprintf(file, sizeof file, "%s/latest", path);
-    char *latest = read_whole_file(file, NULL);
-    if (latest) {
-        snprintf(dir, size, "%s/%d", path, atoi(latest));
-        free(latest);
-        return 1;
-    }
-    if (strcmp(path, cfg->save_dir) == 0 && stat(path, &st) != 0) return 0;
-    if (strcmp(path, cfg->save_dir) == 0 && S_ISDIR(st.st_mode)) return 0;
+    if (checkpoint_latest(dir, size, path)) return 1;
+    if (strcmp(path, cfg->save_dir) == 0 && (stat(path, &st) != 0 || S_ISDIR(st.st_mode))) return 0;
     user_error("checkpoint error: %s holds no complete checkpoint (no state.json, no latest): "
                "checkpoint.load_path names a <save_dir>/<step> folder or a save_dir",
                path);

@@ -17,6 +17,8 @@ void checkpoint_lock(const char *save_dir, ProcessGroupManager *pgm);
 // a checkpoint is whole or absent. Then <save_dir>/latest names it, and only the newest
 // checkpoint.keep_last stay.
 void checkpoint_save(const Model *model, const Optimizer *opt, int step);
+// The checkpoint folder <save_dir>/latest names, into dir; 0 when save_dir has none
+int checkpoint_latest(char *dir, size_t size, const char *save_dir);
 // Loads a checkpoint folder, or the latest one of a save_dir, whatever layout wrote it; returns
 // its step, or 0 when path is this run's own save_dir and holds none yet (a first submission).
 int checkpoint_load(Model *model, Optimizer *opt, const char *path);

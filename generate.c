@@ -112,13 +112,7 @@ static void find_model_folder(char *out, size_t size, const char *dir) {
         user_error("generate: --checkpoint %s: %s (name a <save_dir>/<step> folder ./train wrote, "
                    "a save_dir, or a Hugging Face model folder)",
                    dir, stat(dir, &st) != 0 ? strerror(errno) : "not a folder");
-    snprintf(file, sizeof file, "%s/latest", dir);
-    char *latest = read_whole_file(file, NULL);
-    if (latest) {
-        snprintf(out, size, "%s/%d", dir, atoi(latest));
-        free(latest);
-        return;
-    }
+    if (checkpoint_latest(out, size, dir)) return;
     snprintf(file, sizeof file, "%s/config.json", dir);
     if (stat(file, &st) != 0)
         user_error("generate: --checkpoint %s holds neither config.json nor a `latest` file (name "

@@ -126,6 +126,7 @@ void model_alloc_buffers(Model *model, int num_slots);
 void model_rope_tables(Model *model, const int *positions);
 void model_free(Model *model);
 const ParamInfo *model_find_param(const Model *model, const char *name); // NULL: not here
+int param_table_find(const ParamInfo *table, int n, const char *name);   // its index, or -1
 // The whole model's tensors (every layer, none split), in layout order: what a checkpoint holds.
 // Fills table (MAX_PARAMS) and returns how many.
 int model_full_table(ParamInfo *table, const Config *cfg);

@@ -146,8 +146,13 @@ int model_param_counts_once(const Model *model, const ParamInfo *p) {
              model->params + p->offset == model->w.embed_tokens);
 }
 
+int param_table_find(const ParamInfo *table, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(table[i].name, name) == 0) return i;
+    return -1;
+}
+
 const ParamInfo *model_find_param(const Model *model, const char *name) {
-    for (int i = 0; i < model->num_tensors; i++)
-        if (strcmp(model->table[i].name, name) == 0) return &model->table[i];
-    return NULL;
+    int i = param_table_find(model->table, model->num_tensors, name);
+    return i < 0 ? NULL : &model->table[i];
 }

@@ -43,8 +43,8 @@ void first_nonfinite_gradient(char *name, size_t size, Model *model) {
         device_zero(model->scalar, sizeof(float));
         sum_squares(model->scalar, model->grads + p->offset, (size_t)p->rows * p->cols);
         device_to_host(&squares, model->scalar, sizeof(float));
-        for (int j = 0; j < n && !isfinite(squares); j++)
-            if (strcmp(full[j].name, p->name) == 0) first = j;
+        int j = isfinite(squares) ? -1 : param_table_find(full, n, p->name);
+        if (j >= 0) first = j;
     }
     all_reduce_host(&first, 1, MPI_INT, MPI_MIN, &model->pgm->world);
     snprintf(name, size, "%s", first < n ? full[first].name : "none (the loss alone)");

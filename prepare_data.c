@@ -33,12 +33,7 @@ typedef struct {
 
 static void add_document(Prepared *p, const char *text, size_t len) {
     int eot = tokenizer_eot(p->tokenizer);
-    if (p->documents > 0 && eot >= 0) {
-        if (p->n == p->cap &&
-            !(p->ids = realloc(p->ids, (p->cap = 2 * p->cap + 1024) * sizeof(int))))
-            FAIL("the corpus is too large for this machine's memory", "out of memory");
-        p->ids[p->n++] = eot;
-    }
+    if (p->documents > 0 && eot >= 0) tokenizer_append(&p->ids, &p->n, &p->cap, eot);
     tokenizer_encode(&p->ids, &p->n, &p->cap, p->tokenizer, text, len);
     p->documents++;
     p->bytes += len;

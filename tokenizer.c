@@ -659,16 +659,20 @@ typedef struct {
     char *mapped; // ignore_merges: the piece as the vocabulary spells it
 } Encoder;
 
-static void push_id(Encoder *e, int id) {
-    if (*e->n == *e->cap) {
-        size_t cap = *e->cap ? 2 * *e->cap : 1024;
-        int *grown = realloc(*e->ids, cap * sizeof(int));
+void tokenizer_append(int **ids, size_t *n, size_t *cap, int id) {
+    if (*n == *cap) {
+        size_t grown_cap = *cap ? 2 * *cap : 1024;
+        int *grown = realloc(*ids, grown_cap * sizeof(int));
         if (!grown)
-            FAIL("the text is too large for this machine", "out of memory for %zu ids", cap);
-        *e->ids = grown;
-        *e->cap = cap;
+            FAIL("the text is too large for this machine", "out of memory for %zu ids", grown_cap);
+        *ids = grown;
+        *cap = grown_cap;
     }
-    (*e->ids)[(*e->n)++] = id;
+    (*ids)[(*n)++] = id;
+}
+
+static void push_id(Encoder *e, int id) {
+    tokenizer_append(e->ids, e->n, e->cap, id);
 }
 
 static int before(Candidate a, Candidate b) {

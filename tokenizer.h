@@ -30,6 +30,8 @@ uint64_t tokenizer_fingerprint(const Tokenizer *t);
 // Safe to call from several threads on one Tokenizer: a call keeps its scratch to itself.
 size_t tokenizer_encode(int **ids, size_t *n, size_t *cap, const Tokenizer *t, const char *text,
                         size_t len);
+// appends one id to *ids as tokenizer_encode does (an end-of-text between documents)
+void tokenizer_append(int **ids, size_t *n, size_t *cap, int id);
 // the bytes of token id (byte-level decoded; a piece of a UTF-8 character is possible); sets
 // *len; NULL for an id outside the vocabulary
 const char *tokenizer_decode(const Tokenizer *t, int id, size_t *len);
