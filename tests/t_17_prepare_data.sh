@@ -11,12 +11,7 @@
 cd "$(dirname "$0")/.." || exit 1
 dir=$(mktemp -d /tmp/picotron-prepare.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-failures=0
-check() { # what command...
-    local what=$1 out; shift
-    if out=$("$@" 2>&1); then echo "ok   $what"; else
-        echo "FAIL $what"; echo "$out" | tail -n 3; failures=$((failures + 1)); fi
-}
+. tests/check_lib.sh
 # ids FILE.tok: one id a line (the .tok format of data.h: 64-byte header, then 2- or 4-byte ids)
 ids() {
     python3 - "$1" <<'PY'

@@ -17,12 +17,7 @@ TOL=1e-6
 dir=$(mktemp -d /tmp/picotron-interop.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 reader=tests/reference/safetensors_read.py
-failures=0
-check() { # what command...: the command's own words only when it fails
-    local what=$1 out; shift
-    if out=$("$@" 2>&1); then echo "ok   $what"; else
-        echo "FAIL $what"; echo "$out" | tail -n 3; failures=$((failures + 1)); fi
-}
+. tests/check_lib.sh
 # write_config NAME tp pp dp cp grad_acc init_from load_path steps learning_rate [heads]
 write_config() {
     cat >"$dir/$1.json" <<JSON

@@ -15,11 +15,7 @@
 cd "$(dirname "$0")/.." || exit 1
 dir=$(mktemp -d /tmp/picotron-faults.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
-failures=0
-check() { # what condition...
-    local what=$1; shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; failures=$((failures + 1)); fi
-}
+. tests/check_lib.sh
 write_config() { # name total_steps save_frequency load_path [learning_rate] [save_dir]
     cat >"$dir/$1.json" <<JSON
 {"distributed": {"dp_size": 2, "tp_size": 2},
