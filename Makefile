@@ -40,13 +40,14 @@ else
 endif
 
 CORE_SRC = utils.c config.c data.c model.c model_memory.c optimizer.c process_group_manager.c data_parallel.c \
-           tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c safetensors.c tokenizer.c
+           tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c safetensors.c tokenizer.c \
+           trace.c svg.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-# the programs, each its own main: ./train, ./create_config, ./prepare_data, ./generate
-PROGRAMS = $(basename $(wildcard train.c create_config.c prepare_data.c generate.c))
+# the programs, each its own main: ./train, ./create_config, ./prepare_data, ./generate, ./plot_loss
+PROGRAMS = $(basename $(wildcard train.c create_config.c prepare_data.c generate.c plot_loss.c))
 
 .PHONY: all deps run test test-asan clean format
 all: $(PROGRAMS) $(TESTS) $(BENCHES)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What `make run` runs after building: writes a config for the default tiny Llama on the bundled
 # Jane Austen corpus and trains it with dp=2 x tp=2 x pp=2 (1F1B) on 8 MPI ranks, one loss line
-# per step, then prints what the model writes after a prompt from the book. Environment overrides: STEPS, NP, DP, TP, PP, PP_ENGINE, MODEL, SEQ_LEN, MBS,
-# GRAD_ACC, DATASET, e.g. `STEPS=20 make run` or `NP=4 DP=1 make run`.
+# per step, then prints what the model writes after a prompt from the book and draws the loss curve
+# (tmp/picotron-tiny-3d/loss.svg). Environment overrides: STEPS, NP, DP, TP, PP, PP_ENGINE, MODEL,
+# SEQ_LEN, MBS, GRAD_ACC, DATASET, e.g. `STEPS=20 make run` or `NP=4 DP=1 make run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +32,7 @@ DATASET=${DATASET:-data/austen.txt}
 EXP=picotron-tiny-3d
 
 PROMPT=${PROMPT:-It is a truth universally acknowledged}
-for exe in create_config train generate; do
+for exe in create_config train generate plot_loss; do
     [ -x "./$exe" ] || { echo "run_default: ./$exe is not built; run make first" >&2; exit 1; }
 done
 
@@ -42,10 +43,14 @@ run() {
 run ./create_config --out_dir tmp --exp_name "$EXP" --dp "$DP" --tp "$TP" --pp "$PP" \
     --pp_engine "$PP_ENGINE" --model_name "$MODEL" --seq_len "$SEQ_LEN" --mbs "$MBS" \
     --grad_acc_steps "$GRAD_ACC" --total_train_steps "$STEPS" --dataset "$DATASET" \
-    --learning_rate 1e-3 --save_frequency "$STEPS" --use_cpu --overwrite
+    --learning_rate 1e-3 --save_frequency "$STEPS" --metrics_file "tmp/$EXP/metrics.jsonl" \
+    --use_cpu --overwrite
 run mpirun -np "$NP" ./train --config "tmp/$EXP/config.json"
 # the checkpoint of the last step (tmp/$EXP/latest names it), continued from the prompt
 echo
 run ./generate --checkpoint "tmp/$EXP" --prompt "$PROMPT" --max_new_tokens 200 --temperature 0.8 \
     --top_k 40 --seed 1
 echo
+run ./plot_loss --out "tmp/$EXP/loss.svg" --title "$MODEL, dp=$DP x tp=$TP x pp=$PP ($PP_ENGINE)" \
+    "tmp/$EXP/metrics.jsonl"
+echo "the loss curve: tmp/$EXP/loss.svg (open it in a browser)"
