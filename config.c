@@ -43,6 +43,7 @@ static const Field fields[] = {
     KEY("distributed", "tp_async", T_BOOL, tp_async),
     KEY("distributed", "cp_zigzag", T_BOOL, cp_zigzag),
     KEY("distributed", "bucket_size_mb", T_INT, bucket_size_mb),
+    KEY("distributed", "dp_naive", T_BOOL, dp_naive),
     KEY("model", "name", T_STR, model_name),
     KEY("model", "num_hidden_layers", T_INT, num_hidden_layers),
     KEY("model", "num_attention_heads", T_INT, num_attention_heads),
@@ -87,6 +88,8 @@ static const Field fields[] = {
     IGNORED("logging", "project_name", "\"picotron\""),
     KEY("logging", "run_name", T_STR, run_name),
     KEY("logging", "metrics_file", T_STR, metrics_file),
+    KEY("logging", "trace", T_STR, trace),
+    KEY("logging", "trace_steps", T_INT, trace_steps),
     KEY("environment", "OMP_NUM_THREADS", T_INT, omp_num_threads),
     IGNORED("environment", "TOKENIZERS_PARALLELISM", "\"false\""),
     IGNORED("environment", "FLASH_ATTEN", "\"0\""),
@@ -167,6 +170,7 @@ void config_defaults(Config *cfg) {
     cfg->use_cpu = 1;
 #endif
     cfg->bucket_size_mb = 25;
+    cfg->trace_steps = 3;
     strcpy(cfg->model_name, "picotron-tiny");
     config_apply_preset(cfg, cfg->model_name);
 #ifdef PICOTRON_GPU
@@ -401,6 +405,7 @@ void config_validate(const Config *c) {
         {"training.warmup_steps", c->warmup_steps, 0},
         {"checkpoint.save_frequency", c->save_frequency, 0},
         {"checkpoint.keep_last", c->keep_last, 0},
+        {"logging.trace_steps", c->trace_steps, 1},
         {"environment.OMP_NUM_THREADS", c->omp_num_threads, 1},
     };
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)

@@ -12,6 +12,7 @@ typedef struct {
     int tp_async;       // async column-parallel linear (nanotron's)
     int cp_zigzag;      // zig-zag chunk order for a balanced causal ring
     int bucket_size_mb; // data-parallel gradient bucket size (picotron: 25)
+    int dp_naive;       // all-reduce each layer's gradients at once, blocking (picotron_tutorial 5)
     // model
     char model_name[256];
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
@@ -41,6 +42,8 @@ typedef struct {
     // logging
     char run_name[128];
     char metrics_file[512]; // JSONL, one object per step; "" for none
+    char trace[512];        // Chrome trace JSON of every rank's events (and an .svg); "" for none
+    int trace_steps;        // the first N steps are traced
     // environment
     int omp_num_threads;
     double peak_flops; // FLOP/s per device for MFU; 0: measure (CPU) or look up (GPU)

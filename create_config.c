@@ -46,6 +46,8 @@ static Flag flags[] = {
     SET("tp_async", A_SWITCH, tp_async, "overlap the column-parallel all-reduce with compute"),
     SET("cp_zigzag", A_SWITCH, cp_zigzag, "zig-zag sequence chunks to balance the causal ring"),
     SET("bucket_size_mb", A_INT, bucket_size_mb, "data-parallel gradient bucket size in MB"),
+    SET("dp_naive", A_SWITCH, dp_naive,
+        "naive data parallelism: all-reduce each layer's gradients at once, blocking"),
     SET("num_hidden_layers", A_INT, num_hidden_layers, "override the model's layer count"),
     SET("num_attention_heads", A_INT, num_attention_heads, "override the model's query heads"),
     SET("num_key_value_heads", A_INT, num_key_value_heads, "override the model's key/value heads"),
@@ -69,6 +71,9 @@ static Flag flags[] = {
     SET("init_from", A_STR, init_from,
         "start from a Hugging Face model folder's weights (its config.json is the model)"),
     SET("metrics_file", A_STR, metrics_file, "one JSON line per step goes to this file"),
+    OWN("trace", A_OWN_SWITCH,
+        "record every rank's timeline: <out_dir>/<exp_name>/trace.json (Perfetto) and trace.svg"),
+    SET("trace_steps", A_INT, trace_steps, "how many steps --trace records (default 3)"),
     OWN("hf_token", A_NOTE,
         "--hf_token is not needed: picotron.c reads no hub (built-in presets, or --model_config)"),
     OWN("subset_name", A_NOTE,
@@ -226,6 +231,7 @@ int main(int argc, char **argv) {
                    sizeof run_path - 1);
     snprintf(cfg.save_dir, sizeof cfg.save_dir, "%s", run_path); // as picotron
     snprintf(cfg.run_name, sizeof cfg.run_name, "%s", exp_name);
+    if (flag_value("trace")) snprintf(cfg.trace, sizeof cfg.trace, "%s/trace.json", run_path);
     apply_flags(&cfg);
     for (int i = 0; i < NUM_FLAGS; i++)
         if (flags[i].value && flags[i].type >= A_NOTE) printf("note: %s\n", flags[i].help);

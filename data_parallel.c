@@ -8,14 +8,31 @@
 // travels while earlier layers are still in backward. The optimizer waits for all buckets. While
 // micro-batches are accumulated, require_backward_grad_sync is 0 and nothing is sent: gradients add
 // up locally and one all-reduce per bucket serves the whole step.
+// The naive mode (distributed.dp_naive, picotron_tutorial's step 5) all-reduces each layer's
+// gradients the moment they are final, and waits: every byte's time shows in the step. The
+// bucketed mode's all-reduces travel while the backward goes on; data_parallel_wait measures how
+// much of their time in flight the backward hid (trace.c prints it).
 #include "data_parallel.h"
 #include "utils.h"
+
+// an all-reduce has ended: its time in flight, and the part this rank spent waiting for it
+static void account(DataParallel *dp, const Handle *h) {
+    dp->in_flight_seconds += h->finished - h->started;
+    dp->waited_seconds += h->waited;
+}
 
 // picotron's mark_param_as_ready, for a range of the flat gradient buffer
 void data_parallel_grads_ready(void *ctx, size_t offset, size_t count) {
     DataParallel *dp = ctx;
     // one replica: nothing to average
     if (!dp->require_backward_grad_sync || dp->group->size == 1) return;
+    if (dp->naive) {
+        Handle h = all_reduce_start(dp->grads + offset, count, REDUCE_AVG, dp->group);
+        comm_wait(&h);
+        account(dp, &h);
+        dp->grads_pending -= count;
+        return;
+    }
     // give MPI a turn: on the CPU an all-reduce in flight advances only inside MPI calls
     for (int b = 0; b < dp->num_buckets; b++)
         if (dp->in_flight[b]) comm_test(&dp->handles[b]);
@@ -34,14 +51,15 @@ void data_parallel_grads_ready(void *ctx, size_t offset, size_t count) {
 }
 
 void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group *group,
-                        int bucket_size_mb) {
+                        int bucket_size_mb, int naive) {
     size_t n = num_params;
     size_t bucket = (size_t)bucket_size_mb * 1024 * 1024 / sizeof(float);
     *dp = (DataParallel){.grads = grads,
                          .num_params = n,
                          .group = group,
                          .require_backward_grad_sync = 1,
-                         .grads_pending = n};
+                         .grads_pending = n,
+                         .naive = naive};
     dp->num_buckets = (int)((n + bucket - 1) / bucket);
     dp->start = xmalloc(dp->num_buckets * sizeof(size_t));
     dp->size = xmalloc(dp->num_buckets * sizeof(size_t));
@@ -56,9 +74,10 @@ void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group
 
 void data_parallel_wait(DataParallel *dp) {
     for (int b = 0; b < dp->num_buckets; b++) {
-        if (dp->in_flight[b])
+        if (dp->in_flight[b]) {
             comm_wait(&dp->handles[b]);
-        else if (dp->group->size > 1)
+            account(dp, &dp->handles[b]);
+        } else if (dp->group->size > 1 && !dp->naive)
             FAIL("every parameter's gradient must be reported by the backward hook",
                  "bucket %d of %d never became ready", b, dp->num_buckets);
         dp->in_flight[b] = 0;

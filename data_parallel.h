@@ -1,4 +1,4 @@
-// Data parallelism with gradient buckets (see data_parallel.c).
+// Data parallelism with gradient buckets, or naive (see data_parallel.c).
 #pragma once
 #include <stddef.h>
 #include "backend/comm.h"
@@ -14,10 +14,12 @@ typedef struct {
     int require_backward_grad_sync; // picotron's name: 0 while accumulating micro-batches
     size_t grads_pending;           // gradients of this step not ready yet
     int started_during_backward;    // buckets whose all-reduce began while backward still ran
+    int naive; // picotron_tutorial's step 5: each layer's gradients all-reduced at once, blocking
+    double in_flight_seconds, waited_seconds; // of the all-reduces so far: hidden = the difference
 } DataParallel;
 
 void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group *group,
-                        int bucket_size_mb);
+                        int bucket_size_mb, int naive);
 void data_parallel_free(DataParallel *dp);
 // The backward hook (the model's on_grads_ready, picotron's mark_param_as_ready): the gradients
 // grads[offset, offset + count) are final for this step; a bucket whose gradients all are starts

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "tensor_parallel.h"
+#include "trace.h"
 #include "utils.h"
 
 // Registers this rank's shard of the Hugging Face tensor `name` (rows, cols), split over tp as
@@ -114,8 +115,6 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
                     p->global_cols);
     }
 
-    ring_attention_init(&model->ring, &pgm->cp, model->B, cfg->seq_length, model->H, model->KV,
-                        model->D, cfg->cp_zigzag);
     model_rope_tables(model, shard->positions);
     model_alloc_buffers(model, num_slots);
 }
@@ -176,8 +175,7 @@ static void mlp_backward(Model *model, float *dresid, const MlpWeights *dw, cons
     device_zero(d->act, (size_t)N * I * sizeof(float));
     row_parallel_linear_backward(d->act, dw->down_proj, dresid, s->act, w->down_proj, N, I, C);
     // forward: act = silu(gate) * up
-    device_zero(d->gate, (size_t)N * I * sizeof(float));
-    device_zero(d->up, (size_t)N * I * sizeof(float));
+    device_zero(d->gate, 2 * (size_t)N * I * sizeof(float)); // dgate then dup
     swiglu_backward(d->gate, d->up, d->act, s->gate, s->up, (size_t)N * I);
     // forward: gate = ln2 @ gate_proj^T, up = ln2 @ up_proj^T
     ColumnParallelGrad in[2] = {{dw->gate_proj, w->gate_proj, d->gate, I},
@@ -233,8 +231,10 @@ float model_forward(Model *model, int slot, float loss_scale) {
         const LayerWeights *w = &model->w.layers[l];
         const LayerActivations *s = &a->layers[l];
         float *x = a->resid + l * NC, *out = a->resid + (l + 1) * NC;
+        double start = trace_begin();
         attention_forward(model, s->mid, &s->self_attn, x, &w->self_attn);
         mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
+        trace_end(EV_LAYER_FORWARD, -1, model->stage.layer0 + l, start);
     }
     if (!model->stage.has_head) return 0.0f;
     rmsnorm_forward(a->lnf, a->rstdf, model_stage_output(model, slot), model->w.norm, N, C,
@@ -281,9 +281,11 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
     for (int l = model->L - 1; l >= 0; l--) {
         const LayerWeights *wl = &w->layers[l], *dwl = &dw->layers[l];
         const LayerActivations *s = &a->layers[l];
+        double start = trace_begin();
         mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
         attention_backward(model, dresid, &dwl->self_attn, &s->self_attn, a->resid + l * NC,
                            &wl->self_attn);
+        trace_end(EV_LAYER_BACKWARD, -1, model->stage.layer0 + l, start);
         grads_ready(model, dwl->self_attn.input_layernorm,
                     dwl->mlp.down_proj + (size_t)C * model->I);
     }

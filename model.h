@@ -123,6 +123,8 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
                 int num_slots);
 // model_memory.c: activation slots and backward buffers; cos/sin (T, D/2) at these positions
 void model_alloc_buffers(Model *model, int num_slots);
+// the bytes of activations and the backward's buffers with `slots` micro-batches in flight
+size_t model_activation_bytes(const Model *model, int slots);
 void model_rope_tables(Model *model, const int *positions);
 void model_free(Model *model);
 const ParamInfo *model_find_param(const Model *model, const char *name); // NULL: not here

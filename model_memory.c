@@ -25,7 +25,8 @@ static size_t layer_activations_layout(LayerActivations *s, float *base, const M
         ROW(self_attn.k, KVD),  ROW(self_attn.v, KVD), // v right after k: one block for the ring
         ROW(self_attn.att, HD), ROW(self_attn.lse, m->H), ROW(mid, C),
         ROW(mlp.ln2, C),        ROW(mlp.rstd2, 1),        ROW(mlp.gate, I),
-        ROW(mlp.up, I),         ROW(mlp.act, I)};
+        ROW(mlp.up, I), // up right after gate: zeroed with it
+        ROW(mlp.act, I)};
 #undef ROW
     size_t N = (size_t)m->B * m->T, used = 0;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
@@ -37,11 +38,15 @@ static size_t layer_activations_layout(LayerActivations *s, float *base, const M
 
 // A slot is one allocation: resid (L+1, N, C), then each layer's saved tensors, then the last
 // stage's final norm and dlogits.
+static size_t slot_floats(const Model *model) {
+    size_t N = (size_t)model->B * model->T, L = model->L, C = model->C;
+    size_t head = model->stage.has_head ? N * C + N + N * model->V : 0;
+    return (L + 1) * N * C + L * layer_activations_layout(NULL, NULL, model) + head;
+}
+
 static void alloc_activations(Model *model, Activations *a) {
     size_t N = (size_t)model->B * model->T, L = model->L, C = model->C;
-    size_t per_layer = layer_activations_layout(NULL, NULL, model);
-    size_t head = model->stage.has_head ? N * C + N + N * model->V : 0;
-    a->memory = device_malloc(((L + 1) * N * C + L * per_layer + head) * sizeof(float));
+    a->memory = device_malloc(slot_floats(model) * sizeof(float));
     a->tokens = device_malloc(N * sizeof(int));
     a->targets = device_malloc(N * sizeof(int));
     a->layers = xmalloc((L ? L : 1) * sizeof(LayerActivations));
@@ -78,6 +83,8 @@ void model_rope_tables(Model *model, const int *positions) {
 }
 
 void model_alloc_buffers(Model *model, int num_slots) {
+    ring_attention_init(&model->ring, &model->pgm->cp, model->B, model->cfg.seq_length, model->H,
+                        model->KV, model->D, model->cfg.cp_zigzag);
     model->num_slots = num_slots;
     model->slots = xmalloc(num_slots * sizeof(Activations));
     for (int s = 0; s < num_slots; s++) alloc_activations(model, &model->slots[s]);
@@ -96,6 +103,14 @@ void model_alloc_buffers(Model *model, int num_slots) {
         lb->loss_sum = device_malloc(sizeof(float));
     }
     model->scalar = device_malloc(sizeof(float));
+}
+
+// what model_alloc_buffers allocates for `slots` micro-batches in flight: their slots (with their
+// tokens and targets) and the backward's buffers, which every slot shares
+size_t model_activation_bytes(const Model *model, int slots) {
+    size_t N = (size_t)model->B * model->T, backward = layer_activations_layout(NULL, NULL, model);
+    backward += N * model->C + (model->stage.has_head ? N * model->V + 4 * N + 1 : 0);
+    return (slots * (slot_floats(model) + 2 * N) + backward + 1) * sizeof(float);
 }
 
 void model_free(Model *model) {

@@ -17,6 +17,7 @@
 #include "pipeline_parallel.h"
 #include <string.h>
 #include "backend/backend.h"
+#include "trace.h"
 #include "utils.h"
 
 PipelineStage pipeline_stage(int num_layers, const ProcessGroupManager *pgm) {
@@ -94,21 +95,26 @@ static void send_backward_recv_forward(PipelineParallel *pipe, int slot) {
 static float forward_micro_batch(PipelineParallel *pipe, int step, int micro) {
     Model *model = pipe->model;
     int grad_acc = model->cfg.gradient_accumulation_steps, slot = micro % model->num_slots;
+    double start = trace_begin();
     // only the first stage reads tokens and only the last the targets
     if (model->stage.has_embedding || model->stage.has_head) {
         load_micro_batch(pipe->loader, step, micro);
         model_set_batch(model, slot, pipe->loader->input_ids, pipe->loader->target_ids);
     }
     float loss_scale = 1.0f / ((float)model->B * model->T * grad_acc);
-    return model_forward(model, slot, loss_scale) / grad_acc;
+    float loss = model_forward(model, slot, loss_scale) / grad_acc;
+    trace_end(EV_FORWARD, micro, -1, start);
+    return loss;
 }
 
 // the first stage's input is the tokens: no gradient to send back
 static void backward_micro_batch(PipelineParallel *pipe, int micro, int sync) {
     Model *model = pipe->model;
+    double start = trace_begin();
     pipe->dp->require_backward_grad_sync = sync;
     model_backward(model, model->stage.has_embedding ? NULL : pipe->input_tensor_grad,
                    pipe->output_tensor_grad, micro % model->num_slots);
+    trace_end(EV_BACKWARD, micro, -1, start);
 }
 
 static float train_step_pipeline_afab(PipelineParallel *pipe, int step) {

@@ -6,12 +6,14 @@
 // groups ranks by `color` and orders them by `key`, so the key is the axis coordinate and a rank's
 // place in its group is its coordinate on that axis.
 #include "process_group_manager.h"
+#include "trace.h"
 #include "utils.h"
 
-static void split(Group *g, int color, int key) {
+static void split(Group *g, GroupKind kind, int color, int key) {
     MPI_Comm comm;
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm));
     group_init(g, comm);
+    g->kind = kind; // trace.c counts each axis's traffic apart
 }
 
 void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp, int dp) {
@@ -45,12 +47,13 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
     MPI_Comm world;
     mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &world));
     group_init(&pgm->world, world);
+    pgm->world.kind = GROUP_WORLD;
     // color: the other coordinates, flattened; key: the coordinate along the axis
-    split(&pgm->tp, (d * pp + p) * cp + c, t);
-    split(&pgm->cp, (d * pp + p) * tp + t, c);
-    split(&pgm->pp, (d * cp + c) * tp + t, p);
+    split(&pgm->tp, GROUP_TP, (d * pp + p) * cp + c, t);
+    split(&pgm->cp, GROUP_CP, (d * pp + p) * tp + t, c);
+    split(&pgm->pp, GROUP_PP, (d * cp + c) * tp + t, p);
     // gradients are averaged over every rank that holds the same weights: same pp and tp
-    split(&pgm->cp_dp, p * tp + t, d * cp + c);
+    split(&pgm->cp_dp, GROUP_DP, p * tp + t, d * cp + c);
 
     // The tied embedding lives on the first stage (wte) and the last (lm_head); their gradients
     // are summed between the two. A middle stage holds neither copy: it gets a group of one of its
@@ -60,7 +63,7 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
     pgm->pp_is_last = p == pp - 1;
     int shared = (d * cp + c) * tp + t;
     int embed_color = pgm->pp_is_first || pgm->pp_is_last ? shared : dp * cp * tp + rank;
-    split(&pgm->embed, embed_color, p);
+    split(&pgm->embed, GROUP_EMBED, embed_color, p);
 
     pgm->pp_prev = pgm->pp_is_first ? -1 : p - 1;
     pgm->pp_next = pgm->pp_is_last ? -1 : p + 1;
@@ -78,6 +81,9 @@ void process_group_manager_free(ProcessGroupManager *pgm) {
 
 void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *g) {
     Handle h = {.count = 1};
+    int size;
+    mpiCheck(MPI_Type_size(type, &size));
     mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, g->comm, &h.req[0]));
+    trace_comm_started(&h, g, OP_ALL_REDUCE, (size_t)count * size);
     comm_wait(&h);
 }

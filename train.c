@@ -20,6 +20,7 @@
 #include "optimizer.h"
 #include "pipeline_parallel.h"
 #include "process_group_manager.h"
+#include "trace.h"
 #include "utils.h"
 
 static const char *USAGE = "usage: mpirun -np N ./train --config PATH/config.json";
@@ -105,8 +106,12 @@ static float train_step(Model *model, DataParallel *dp, MicroBatchDataLoader *lo
         load_micro_batch(loader, step, micro);
         model_set_batch(model, 0, loader->input_ids, loader->target_ids);
         dp->require_backward_grad_sync = micro == grad_acc - 1;
+        double start = trace_begin();
         loss += model_forward(model, 0, loss_scale) / grad_acc;
+        trace_end(EV_FORWARD, micro, -1, start);
+        start = trace_begin();
         model_backward(model, NULL, NULL, 0);
+        trace_end(EV_BACKWARD, micro, -1, start);
     }
     return loss;
 }
@@ -118,17 +123,6 @@ static float average_loss_across_dp_cp_ranks(Model *model, float loss) {
     all_reduce(buf, 1, REDUCE_AVG, &model->pgm->cp_dp);
     device_to_host(&loss, buf, sizeof(float));
     return loss;
-}
-
-// picotron's MFU: 6 FLOPs per parameter per token (forward and backward) plus attention's
-// 12*L*H*D*S, against the peak of the device this rank runs on
-static double flops_per_token(const Config *c) {
-    double C = c->hidden_size, D = C / c->num_attention_heads, I = c->intermediate_size;
-    double HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
-    double layer = 2 * C + 2 * C * HD + 2 * C * KVD + 3 * C * I;
-    double params = c->num_hidden_layers * layer + C +
-                    (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2);
-    return 6 * params + 12.0 * c->num_hidden_layers * HD * c->seq_length;
 }
 
 // one line per step in picotron's format; peak: FLOP/s of one rank's device (0: unknown)
@@ -165,6 +159,7 @@ int main(int argc, char **argv) {
     comm_set_backend(cfg.backend);
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size);
+    trace_init(cfg.trace, cfg.trace_steps, &pgm);
     Dataset ds;
     dataset_open(&ds, cfg.dataset_name);
     dataset_check_tokenizer(&ds, &cfg);
@@ -186,7 +181,8 @@ int main(int argc, char **argv) {
     MicroBatchDataLoader loader;
     micro_batch_loader_init(&loader, &ds, &cfg, pgm.dp_rank, pgm.dp_size, positions, T);
     DataParallel dp;
-    data_parallel_init(&dp, model.grads, model.num_params, &pgm.cp_dp, cfg.bucket_size_mb);
+    data_parallel_init(&dp, model.grads, model.num_params, &pgm.cp_dp, cfg.bucket_size_mb,
+                       cfg.dp_naive);
     model.on_grads_ready = data_parallel_grads_ready; // picotron's register_backward_hook
     model.hook_ctx = &dp;
     PipelineParallel pipe;
@@ -220,11 +216,13 @@ int main(int argc, char **argv) {
     for (int step = first_step; step <= cfg.total_train_steps; step++) {
         if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;
         double start = now_seconds();
+        trace_step_begin(step);
         device_zero(model.grads, model.num_params * sizeof(float));
         float loss = cfg.pp_size > 1 ? pipeline_train_step(&pipe, step - 1)
                                      : train_step(&model, &dp, &loader, step - 1);
         data_parallel_wait(&dp);
         pipeline_sync_tied_embeddings(&model);
+        double optimizer_start = trace_begin();
         float norm = clip_grad_norm(&model);
         // every rank learns at this same step whether to stop: a signal, or a number gone bad
         int stop[2] = {stop_signal, !isfinite(norm) || (pgm.pp_is_last && !isfinite(loss))};
@@ -239,8 +237,10 @@ int main(int argc, char **argv) {
                        step, learning_rate_at(&cfg, step), name);
         }
         optimizer_step(&opt, model.params, model.grads, learning_rate_at(&cfg, step));
+        trace_end(EV_OPTIMIZER, -1, -1, optimizer_start);
         loss = average_loss_across_dp_cp_ranks(&model, loss);
         device_synchronize();
+        trace_step_end();
         double seconds = now_seconds() - start;
         tokens_seen += tokens_per_step;
         steps_run++;
@@ -268,7 +268,15 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    if (logger && pgm.cp_dp.size > 1)
+    double dp_hidden = dp.in_flight_seconds > 0 ? 1 - dp.waited_seconds / dp.in_flight_seconds : 0;
+    RankMemory memory = {.params = model.num_params * sizeof(float),
+                         .grads = model.num_params * sizeof(float),
+                         .optimizer = 2.0 * opt.num_params * sizeof(float),
+                         .activations_peak =
+                             model_activation_bytes(&model, model.peak_slots_in_use)};
+    trace_finish(&memory, dp_hidden, cfg.dp_naive ? "naive" : "bucketed",
+                 cfg.gradient_accumulation_steps, cfg.pp_engine);
+    if (logger && pgm.cp_dp.size > 1 && !cfg.dp_naive)
         printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
                pgm.global_rank, dp.started_during_backward, dp.num_buckets * steps_run);
     if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)

@@ -187,3 +187,14 @@ int make_dirs(const char *path) {
         if (end == '\0') return 0;
     }
 }
+
+// picotron's MFU: 6 FLOPs per parameter per token (forward and backward) plus attention's
+// 12*L*H*D*S; train.c divides by the peak of the device this rank runs on
+double flops_per_token(const Config *c) {
+    double C = c->hidden_size, D = C / c->num_attention_heads, I = c->intermediate_size;
+    double HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
+    double layer = 2 * C + 2 * C * HD + 2 * C * KVD + 3 * C * I;
+    double params = c->num_hidden_layers * layer + C +
+                    (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2);
+    return 6 * params + 12.0 * c->num_hidden_layers * HD * c->seq_length;
+}

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "config.h"
 
 // Ends the whole job: prints "[rank r] file:line message" and a hint, then MPI_Abort, so no rank
 // is left waiting for one that died.
@@ -32,6 +33,9 @@ void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char 
 double now_seconds(void);            // monotonic clock
 int world_rank(void);                // this process's MPI rank, 0 before MPI_Init
 uint64_t hash_string(const char *s); // FNV-1a, names -> init streams
+
+// picotron's MFU numerator: FLOPs per token of a training step (forward and backward)
+double flops_per_token(const Config *c);
 
 // picotron's to_readable_format: 4100 -> "4.10K", 1.23e6 -> "1.23M"; returns buf
 char *readable(char *buf, double x);

@@ -7,14 +7,29 @@
 #include <stddef.h>
 #include <mpi.h>
 
+// which axis a group is, so trace.c counts each one's traffic apart (GROUP_OTHER until the
+// process group manager names it)
+typedef enum {
+    GROUP_OTHER,
+    GROUP_WORLD,
+    GROUP_TP,
+    GROUP_CP,
+    GROUP_PP,
+    GROUP_DP, // cp*dp: the replicas that average gradients
+    GROUP_EMBED,
+    GROUP_KINDS
+} GroupKind;
+
 typedef struct {
     int rank, size;
+    GroupKind kind;
     MPI_Comm comm; // always present: MPI hands out NCCL ids and carries the "mpi" backend
     void *nccl;    // ncclComm_t in the GPU build with backend "nccl", else NULL
     void *stream;  // with nccl: the group's own cudaStream_t for the *_start calls, else NULL
 } Group;
 
 typedef enum { REDUCE_SUM, REDUCE_AVG, REDUCE_MAX } ReduceOp;
+typedef enum { OP_NONE, OP_ALL_REDUCE, OP_SEND, OP_RECV, OP_SEND_RECV, OP_BARRIER } CommOp;
 
 // a communication in flight; comm_wait() ends it
 typedef struct {
@@ -24,6 +39,12 @@ typedef struct {
     size_t avg_n;
     int avg_size;
     void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
+    // for trace.c: what travels, on which group, since when; OP_NONE: nothing (more) to record.
+    // Once it has ended: when, and how long this rank waited for it (data_parallel.c reads them)
+    CommOp op;
+    GroupKind group;
+    size_t bytes;
+    double started, finished, waited;
 } Handle;
 
 // distributed.backend: "mpi", or "nccl" (the GPU build's default); before any group_init

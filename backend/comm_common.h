@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "backend/comm.h"
+#include "trace.h"
 #include "utils.h"
 
 // one tag for every point-to-point message: MPI then keeps them in order between two ranks, so a

@@ -16,6 +16,7 @@ void comm_set_backend(const char *name) {
 
 void group_init(Group *g, MPI_Comm comm) {
     g->comm = comm;
+    g->kind = GROUP_OTHER;
     g->nccl = NULL;
     g->stream = NULL;
     // errors come back to mpiCheck, which names the file and line, instead of MPICH's own abort
@@ -32,6 +33,7 @@ void group_free(Group *g) {
 }
 
 void comm_wait(Handle *h) {
+    double wait_started = now_seconds();
     for (int polls = 0;; polls++) {
         int done = 0;
         MPI_Status status[2]; // not MPI_STATUSES_IGNORE: gcc mistakes it for a 0-byte array
@@ -41,6 +43,7 @@ void comm_wait(Handle *h) {
         wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;
+    trace_comm_finished(h, wait_started);
     if (h->avg_buf) {
         // REDUCE_AVG travels as a sum; the mean is taken once it has arrived
         float s = 1.0f / (float)h->avg_size;
@@ -64,6 +67,7 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
     MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
     mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
     h.count = 1;
+    trace_comm_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
     if (op == REDUCE_AVG) {
         h.avg_buf = buf;
         h.avg_n = n;
@@ -83,6 +87,7 @@ void send(const float *buf, size_t n, int dst, Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Isend(buf, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[0]));
     h.count = 1;
+    trace_comm_started(&h, g, OP_SEND, n * sizeof(float));
     comm_wait(&h);
 }
 
@@ -92,6 +97,7 @@ void recv(float *buf, size_t n, int src, Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Irecv(buf, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
     h.count = 1;
+    trace_comm_started(&h, g, OP_RECV, 0); // nothing sent
     comm_wait(&h);
 }
 
@@ -109,6 +115,7 @@ Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, s
     mpiCheck(MPI_Irecv(recvbuf, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
     mpiCheck(MPI_Isend(sendbuf, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[1]));
     h.count = 2;
+    trace_comm_started(&h, g, OP_SEND_RECV, n * sizeof(float));
     return h;
 }
 
@@ -122,5 +129,6 @@ void barrier(Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Ibarrier(g->comm, &h.req[0]));
     h.count = 1;
+    trace_comm_started(&h, g, OP_BARRIER, 0);
     comm_wait(&h);
 }

@@ -78,6 +78,7 @@ static void check_one_gpu_per_rank(Group *g) {
 
 void group_init(Group *g, MPI_Comm comm) {
     g->comm = comm;
+    g->kind = GROUP_OTHER;
     g->nccl = NULL;
     g->stream = NULL;
     mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
@@ -157,6 +158,7 @@ static int nccl_op_done(DeviceOp *op) {
 
 void comm_wait(Handle *h) {
     PROFILE(PROFILE_COMM);
+    double wait_started = now_seconds();
     DeviceOp *op = (DeviceOp *)h->device_op;
     if (op && op->done) {
         while (!nccl_op_done(op)) sched_yield();
@@ -171,6 +173,7 @@ void comm_wait(Handle *h) {
         wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;
+    trace_comm_finished(h, wait_started);
     if (op) {
         if (op->dst)
             host_to_device(op->dst, op->host_recv ? op->host_recv : op->host,
@@ -206,6 +209,7 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
     // the sum, mean and max of one copy is that copy (through NCCL all the same if it has a
     // communicator: PICOTRON_NCCL_GROUP_OF_ONE)
     if (n == 0 || (g->size == 1 && !g->nccl)) return h;
+    trace_comm_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
     if (op == REDUCE_AVG) {
         h.avg_buf = buf;
         h.avg_n = n;
@@ -244,12 +248,14 @@ void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
 void send(const float *buf, size_t n, int dst, Group *g) {
     PROFILE(PROFILE_COMM);
     check_peer(dst, 0, "send", g);
+    Handle h = handle_done();
+    trace_comm_started(&h, g, OP_SEND, n * sizeof(float));
     if (g->nccl) {
         ncclCheck(ncclSend(buf, n, ncclFloat, dst, (ncclComm_t)g->nccl, 0));
+        comm_wait(&h); // queued in order with the kernels: only the counters to update
         return;
     }
     int count = mpi_count(n, "send");
-    Handle h = handle_done();
     DeviceOp *op = op_new();
     op->host = host_copy(buf, n);
     h.device_op = op;
@@ -261,12 +267,14 @@ void send(const float *buf, size_t n, int dst, Group *g) {
 void recv(float *buf, size_t n, int src, Group *g) {
     PROFILE(PROFILE_COMM);
     check_peer(src, 0, "recv", g);
+    Handle h = handle_done();
+    trace_comm_started(&h, g, OP_RECV, 0); // nothing sent
     if (g->nccl) {
         ncclCheck(ncclRecv(buf, n, ncclFloat, src, (ncclComm_t)g->nccl, 0));
+        comm_wait(&h); // queued in order with the kernels: only the counters to update
         return;
     }
     int count = mpi_count(n, "recv");
-    Handle h = handle_done();
     DeviceOp *op = op_new();
     op->host = (float *)xmalloc(n * sizeof(float));
     op->dst = buf;
@@ -286,6 +294,7 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
     }
     check_peer(dst, 1, "send_recv destination", g);
     check_peer(src, 1, "send_recv source", g);
+    trace_comm_started(&h, g, OP_SEND_RECV, n * sizeof(float));
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
         // grouped, so the ring's simultaneous sends and receives cannot wait on each other
@@ -329,5 +338,6 @@ void barrier(Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Ibarrier(g->comm, &h.req[0]));
     h.count = 1;
+    trace_comm_started(&h, g, OP_BARRIER, 0);
     comm_wait(&h);
 }

@@ -10,6 +10,7 @@ extern "C" {
 #include "utils.h"
 #include "backend/backend.h"
 #include "backend/comm.h"
+#include "trace.h"
 }
 
 // Every CUDA, cuBLAS and NCCL call goes through one of these: a failure prints

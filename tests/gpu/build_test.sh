@@ -16,7 +16,7 @@ CFLAGS="${OPT:--O2 -march=native -g} -std=gnu11 -Wall -Wextra -fopenmp -I."
 # the core objects of a build: every top-level object but the programs' (each has a main)
 core_objs() {
     for obj in "$1"/*.o; do
-        case $obj in */train.o | */create_config.o | */prepare_data.o | */generate.o) ;; *) echo "$obj" ;; esac
+        case $obj in */train.o | */create_config.o | */prepare_data.o | */generate.o | */plot_loss.o) ;; *) echo "$obj" ;; esac
     done
 }
 if [ "${1:-}" = --emulate ]; then
@@ -39,6 +39,8 @@ CUDA_LIBS=(-L"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 # PICOTRON_GPU_BUILD=build-emu: `make GPU=emulate` built the CUDA sources for the CPU emulator
 [ -f "$BUILD/tests/gpu/emulator/emulator.o" ] &&
     CUDA_LIBS=("$BUILD/tests/gpu/emulator/emulator.o" -lblis -lstdc++)
+# what the backend's communication calls outside backend/: errors, and trace.c's counters
+comm_deps=("$BUILD/utils.o" "$BUILD/trace.o" "$BUILD/svg.o" "$BUILD/process_group_manager.o")
 renames=$(grep -o 'X([a-z_0-9]*)' tests/gpu/cpu_twins.h | sed 's/X(\(.*\))/-D\1=cpu_\1/')
 cpu_objs=()
 # the kernel files: every CUDA source but device memory and communication has a CPU twin
@@ -52,11 +54,13 @@ done
 # shellcheck disable=SC2086
 mpicc $CFLAGS -c -o "$OUT/test_kernels_vs_cpu.o" tests/gpu/test_kernels_vs_cpu.c
 mpicc -o "$OUT/test_kernels_vs_cpu" "$OUT/test_kernels_vs_cpu.o" "${cpu_objs[@]}" \
-    "$BUILD"/backend/cuda/*.o "$BUILD/utils.o" -lblis -lm -fopenmp "${CUDA_LIBS[@]}"
+    "$BUILD"/backend/cuda/*.o "${comm_deps[@]}" -lblis -lm -fopenmp \
+    "${CUDA_LIBS[@]}"
 echo "built $OUT/test_kernels_vs_cpu"
 # shellcheck disable=SC2086
 mpicc $CFLAGS -DPICOTRON_GPU -o "$OUT/test_nccl_one_gpu" tests/gpu/test_nccl_one_gpu.c \
-    "$BUILD"/backend/cuda/*.o "$BUILD/utils.o" -lm -fopenmp "${CUDA_LIBS[@]}"
+    "$BUILD"/backend/cuda/*.o "${comm_deps[@]}" -lm -fopenmp \
+    "${CUDA_LIBS[@]}"
 echo "built $OUT/test_nccl_one_gpu"
 # shellcheck disable=SC2086,SC2046
 mpicc $CFLAGS -DPICOTRON_GPU -o "$OUT/test_model_bf16" tests/gpu/test_model_bf16.c \

@@ -1,0 +1,528 @@
+// What each rank did, and when (trace.h): counters per process group, the pipeline's compute per
+// step, and with logging.trace every span, merged at the end into trace.json and trace.svg.
+// The clocks: each rank reads its own monotonic clock; trace_init measures every rank's offset to
+// rank 0's by ping-pong (the exchange with the shortest round trip of a few, as NTP does), so the
+// merged timeline and the pipeline's window are on one clock even across nodes.
+#include "trace.h"
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+#include "backend/backend.h"
+#include "svg.h"
+#include "utils.h"
+
+#define MAX_EVENTS   (1 << 18) // per rank (16 MB): a longer trace drops what comes after
+#define CLOCK_ROUNDS 8
+
+typedef struct {
+    double start, end;    // seconds on this rank's clock
+    double bytes, waited; // communications only: sent, and the seconds this rank waited
+    int step, micro, layer;
+    short kind, group, op, pad;
+} Event;
+
+typedef struct {
+    double bytes, waited; // sent by this rank; seconds it waited
+    long calls;
+} CommStats;
+
+// per step, for the bubble: this rank's schedule window and the compute inside it
+typedef struct {
+    double begin, end, compute;
+} StepWindow;
+
+static struct {
+    ProcessGroupManager *pgm;
+    char path[512];
+    int trace_steps, steps_begun, step, in_step, dropped;
+    double clock_offset; // add to this rank's clock to read rank 0's
+    Event *events;
+    int num_events;
+    CommStats now[GROUP_KINDS], at_step_begin[GROUP_KINDS], first[GROUP_KINDS], rest[GROUP_KINDS];
+    int rest_steps, group_size[GROUP_KINDS];
+    StepWindow *windows;
+    int num_windows, windows_cap;
+} tr;
+
+static const char *group_names[GROUP_KINDS] = {"other", "world", "tp", "cp", "pp", "dp", "embed"};
+static const char *op_names[] = {"", "all_reduce", "send", "recv", "send_recv", "barrier"};
+
+static int recording(void) {
+    return tr.events && tr.in_step && tr.steps_begun <= tr.trace_steps;
+}
+
+static void record(EventKind kind, double start, double end, int micro, int layer, GroupKind group,
+                   CommOp op, double bytes, double waited) {
+    if (!recording()) return;
+    if (tr.num_events == MAX_EVENTS) {
+        tr.dropped++;
+        return;
+    }
+    tr.events[tr.num_events++] = (Event){.start = start,
+                                         .end = end,
+                                         .bytes = bytes,
+                                         .waited = waited,
+                                         .step = tr.step,
+                                         .micro = micro,
+                                         .layer = layer,
+                                         .kind = (short)kind,
+                                         .group = (short)group,
+                                         .op = (short)op};
+}
+
+// one double to or from `peer`, over MPI on the host whatever the backend, waited for as always
+static void send_double(double value, int peer, Group *world) {
+    Handle h = {.count = 1};
+    mpiCheck(MPI_Isend(&value, 1, MPI_DOUBLE, peer, 0, world->comm, &h.req[0]));
+    comm_wait(&h);
+}
+static double recv_double(int peer, Group *world) {
+    double value;
+    Handle h = {.count = 1};
+    mpiCheck(MPI_Irecv(&value, 1, MPI_DOUBLE, peer, 0, world->comm, &h.req[0]));
+    comm_wait(&h);
+    return value;
+}
+
+// rank 0 pings each rank in turn; the reply carries that rank's clock, read halfway through the
+// round trip, give or take the asymmetry of the two messages (at most the shortest round trip)
+static void align_clocks(Group *world) {
+    for (int r = 1; r < world->size; r++) {
+        if (world->rank == 0) {
+            double best = INFINITY, offset = 0.0;
+            for (int round = 0; round < CLOCK_ROUNDS; round++) {
+                double t0 = now_seconds();
+                send_double(t0, r, world);
+                double theirs = recv_double(r, world), t1 = now_seconds();
+                if (t1 - t0 < best) best = t1 - t0, offset = (t0 + t1) / 2 - theirs;
+            }
+            send_double(offset, r, world);
+        } else if (world->rank == r) {
+            for (int round = 0; round < CLOCK_ROUNDS; round++) {
+                recv_double(0, world);
+                send_double(now_seconds(), 0, world);
+            }
+            tr.clock_offset = recv_double(0, world);
+        }
+    }
+}
+
+void trace_init(const char *path, int steps, ProcessGroupManager *pgm) {
+    memset(&tr, 0, sizeof tr);
+    tr.pgm = pgm;
+    tr.trace_steps = steps;
+    const Group *groups[] = {&pgm->world, &pgm->tp, &pgm->cp, &pgm->pp, &pgm->cp_dp, &pgm->embed};
+    for (int i = 0; i < 6; i++) tr.group_size[groups[i]->kind] = groups[i]->size;
+    if (path[0]) {
+        // find out now, not after the run, that the file cannot be written: every rank looks at
+        // the folder (so all report it at once), rank 0 creates the file
+        char folder[512];
+        snprintf(folder, sizeof folder, "%s", path);
+        char *slash = strrchr(folder, '/');
+        snprintf(slash ? slash + (slash == folder) : folder, 2, "%s", slash ? "" : ".");
+        FILE *f = NULL;
+        if (access(folder, W_OK) != 0 || (pgm->global_rank == 0 && !(f = fopen(path, "w"))))
+            user_error("config error: logging.trace = \"%s\" cannot be written: %s (name a file "
+                       "in a folder that exists)",
+                       path, strerror(errno));
+        if (f) fclose(f);
+        snprintf(tr.path, sizeof tr.path, "%s", path);
+        tr.events = xmalloc(MAX_EVENTS * sizeof(Event));
+    }
+    if (pgm->world.size > 1) align_clocks(&pgm->world);
+}
+
+void trace_step_begin(int step) {
+    tr.step = step;
+    tr.steps_begun++;
+    tr.in_step = 1;
+    memcpy(tr.at_step_begin, tr.now, sizeof tr.now);
+    if (tr.num_windows == tr.windows_cap) {
+        tr.windows_cap = tr.windows_cap ? 2 * tr.windows_cap : 64;
+        StepWindow *grown = xmalloc(tr.windows_cap * sizeof(StepWindow));
+        if (tr.num_windows) memcpy(grown, tr.windows, tr.num_windows * sizeof(StepWindow));
+        free(tr.windows);
+        tr.windows = grown;
+    }
+    double t = now_seconds();
+    tr.windows[tr.num_windows++] = (StepWindow){.begin = t, .end = t, .compute = 0.0};
+}
+
+// the first step pays for first touches of memory: the report averages the others
+void trace_step_end(void) {
+    CommStats *sum = tr.steps_begun == 1 ? tr.first : tr.rest;
+    for (int g = 0; g < GROUP_KINDS; g++) {
+        sum[g].bytes += tr.now[g].bytes - tr.at_step_begin[g].bytes;
+        sum[g].waited += tr.now[g].waited - tr.at_step_begin[g].waited;
+        sum[g].calls += tr.now[g].calls - tr.at_step_begin[g].calls;
+    }
+    if (tr.steps_begun > 1) tr.rest_steps++;
+    record(EV_STEP, tr.windows[tr.num_windows - 1].begin, now_seconds(), -1, -1, GROUP_OTHER,
+           OP_NONE, 0, 0);
+    tr.in_step = 0;
+}
+
+double trace_begin(void) {
+    return now_seconds();
+}
+
+void trace_end(EventKind kind, int micro, int layer, double start) {
+    // a GPU queues its kernels: with a timeline to draw, the span ends when they have run
+    if (tr.events) device_synchronize();
+    double end = now_seconds();
+    if (tr.in_step && (kind == EV_FORWARD || kind == EV_BACKWARD)) {
+        StepWindow *w = &tr.windows[tr.num_windows - 1];
+        w->compute += end - start;
+        w->end = end;
+    }
+    record(kind, start, end, micro, layer, GROUP_OTHER, OP_NONE, 0, 0);
+}
+
+void trace_comm_started(Handle *h, const Group *g, CommOp op, size_t bytes) {
+    h->op = op;
+    h->group = g->kind;
+    h->bytes = bytes;
+    h->started = now_seconds();
+    tr.now[g->kind].bytes += (double)bytes;
+    tr.now[g->kind].calls++;
+}
+
+void trace_comm_finished(Handle *h, double wait_started) {
+    if (h->op == OP_NONE) return; // nothing started, or already recorded
+    h->finished = now_seconds();
+    h->waited = h->finished - wait_started;
+    tr.now[h->group].waited += h->waited;
+    record(EV_IN_FLIGHT, h->started, h->finished, -1, -1, h->group, h->op, (double)h->bytes,
+           h->waited);
+    if (h->waited > 0)
+        record(EV_WAIT, wait_started, h->finished, -1, -1, h->group, h->op, 0, h->waited);
+    h->op = OP_NONE;
+}
+
+// What rank 0 gathers from each rank for the report
+typedef struct {
+    char name[64];
+    double clock_offset;
+    CommStats per_step[GROUP_KINDS];
+    int group_size[GROUP_KINDS];
+    double bubble; // mean over the measured steps; -1 without a pipeline
+    double dp_overlap;
+    RankMemory memory;
+} RankReport;
+
+// The pipeline's window of a step runs from the first stage's start to the last stage's end, on
+// rank 0's clock: what a stage does not compute inside it is its bubble
+static double measured_bubble(void) {
+    Group *pp = &tr.pgm->pp;
+    int n = tr.num_windows, first = n > 1; // the first step warms up
+    if (pp->size == 1 || n == 0) return -1.0;
+    double *begin = xmalloc(2 * n * sizeof(double)), *end = begin + n, sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        begin[i] = tr.windows[i].begin + tr.clock_offset;
+        end[i] = tr.windows[i].end + tr.clock_offset;
+    }
+    all_reduce_host(begin, n, MPI_DOUBLE, MPI_MIN, pp);
+    all_reduce_host(end, n, MPI_DOUBLE, MPI_MAX, pp);
+    for (int i = first; i < n; i++) sum += 1.0 - tr.windows[i].compute / (end[i] - begin[i]);
+    free(begin);
+    return sum / (n - first);
+}
+
+static RankReport this_rank_report(const RankMemory *memory, double dp_overlap) {
+    RankReport r = {.clock_offset = tr.clock_offset, .memory = *memory, .dp_overlap = dp_overlap};
+    snprintf(r.name, sizeof r.name, "%s", tr.pgm->name);
+    int steps = tr.rest_steps ? tr.rest_steps : 1;
+    const CommStats *sum = tr.rest_steps ? tr.rest : tr.first;
+    for (int g = 0; g < GROUP_KINDS; g++) {
+        r.per_step[g] =
+            (CommStats){sum[g].bytes / steps, sum[g].waited / steps, sum[g].calls / steps};
+        r.group_size[g] = tr.group_size[g];
+    }
+    r.bubble = measured_bubble();
+    return r;
+}
+
+// MPI_Igather (the same bytes from every rank) or MPI_Igatherv to world rank 0,
+// waited for as every wait; out, counts and displs matter on rank 0 only
+static void gather_bytes(void *out, const void *in, int bytes, int *counts, int *displs,
+                         int varying) {
+    Group *world = &tr.pgm->world;
+    Handle h = {.count = 1};
+    if (!varying) {
+        mpiCheck(MPI_Igather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, 0, world->comm, &h.req[0]));
+    } else {
+        mpiCheck(MPI_Igatherv(in, bytes, MPI_BYTE, out, counts, displs, MPI_BYTE, 0, world->comm,
+                              &h.req[0]));
+    }
+    comm_wait(&h);
+}
+
+// one table, a row per rank: per group, bytes sent (exact) or milliseconds waited (this machine's)
+static void print_group_table(const RankReport *r, int ranks, const int *shown, int bytes) {
+    const GroupKind order[] = {GROUP_DP, GROUP_TP, GROUP_PP, GROUP_CP, GROUP_EMBED, GROUP_WORLD};
+    printf("  rank  layout                          ");
+    for (int k = 0; k < 6; k++)
+        if (shown[order[k]]) printf(" %12s", group_names[order[k]]);
+    printf("\n");
+    for (int i = 0; i < ranks; i++) {
+        printf("  %4d  %-32s", i, r[i].name);
+        for (int k = 0; k < 6; k++) {
+            const CommStats *c = &r[i].per_step[order[k]];
+            if (shown[order[k]])
+                printf(bytes ? " %12.0f" : " %12.3f", bytes ? c->bytes : 1e3 * c->waited);
+        }
+        printf("\n");
+    }
+}
+
+// What a learner compares between layouts. The deterministic figures come first on each line,
+// the measured ones after them, so that a tutorial can show the former and elide the latter.
+static void print_report(const RankReport *r, int ranks, const char *dp_mode, int grad_acc,
+                         const char *pp_engine) {
+    int shown[GROUP_KINDS] = {0}, steps = tr.rest_steps ? tr.rest_steps : 1;
+    for (int i = 0; i < ranks; i++) // the groups that exist and carried something
+        for (int g = 0; g < GROUP_KINDS; g++)
+            shown[g] |= r[i].group_size[g] > 1 && r[i].per_step[g].calls > 0;
+    printf("bytes sent per step and group (an all-reduce counts its buffer once%s):\n",
+           r[0].group_size[GROUP_CP] > 1 ? "; dp is the cp*dp group that averages gradients" : "");
+    print_group_table(r, ranks, shown, 1);
+    printf(
+        "milliseconds waited per step and group, mean of steps %d-%d (depends on the machine):\n",
+        tr.steps_begun - steps + 1, tr.steps_begun);
+    print_group_table(r, ranks, shown, 0);
+    printf("memory per rank, MB (fp32 weights, gradients and AdamW moments; activations at "
+           "their peak):\n  rank  parameters   gradients   optimizer  activations\n");
+    for (int i = 0; i < ranks; i++)
+        printf("  %4d  %10.3f  %10.3f  %10.3f  %11.3f\n", i, r[i].memory.params / 1e6,
+               r[i].memory.grads / 1e6, r[i].memory.optimizer / 1e6,
+               r[i].memory.activations_peak / 1e6);
+    int p = r[0].group_size[GROUP_PP],
+        below = r[0].group_size[GROUP_TP] * r[0].group_size[GROUP_CP];
+    if (p > 1) {
+        double mean = 0.0, stage[p];
+        memset(stage, 0, sizeof stage);
+        for (int i = 0; i < ranks; i++) {
+            mean += r[i].bubble / ranks;
+            stage[i / below % p] += r[i].bubble * p / ranks; // ranks / p of them per stage
+        }
+        printf("pipeline bubble (%s, pp=%d, grad_acc=%d): formula (p-1)/(m+p-1) = %d/%d = %.3f; "
+               "measured %.3f of the step (stages",
+               pp_engine, p, grad_acc, p - 1, grad_acc + p - 1,
+               (double)(p - 1) / (grad_acc + p - 1), mean);
+        for (int s = 0; s < p; s++) printf(" %.3f", stage[s]);
+        printf(")\n");
+    }
+    if (r[0].group_size[GROUP_DP] > 1) {
+        double mean = 0.0;
+        for (int i = 0; i < ranks; i++) mean += r[i].dp_overlap / ranks;
+        printf("data parallel (%s): of the gradient all-reduces' time in flight, the backward "
+               "hid %.0f%%\n",
+               dp_mode, 100.0 * mean);
+    }
+}
+
+static const char *event_name(char *buf, size_t size, const Event *e) {
+    switch (e->kind) {
+    case EV_FORWARD:
+        snprintf(buf, size, "F%d", e->micro);
+        break;
+    case EV_BACKWARD:
+        snprintf(buf, size, "B%d", e->micro);
+        break;
+    case EV_LAYER_FORWARD:
+    case EV_LAYER_BACKWARD:
+        snprintf(buf, size, "layer %d", e->layer);
+        break;
+    case EV_OPTIMIZER:
+        snprintf(buf, size, "optimizer");
+        break;
+    case EV_STEP:
+        snprintf(buf, size, "step %d", e->step);
+        break;
+    case EV_WAIT:
+        snprintf(buf, size, "wait %s %s", op_names[e->op], group_names[e->group]);
+        break;
+    default:
+        snprintf(buf, size, "%s %s", op_names[e->op], group_names[e->group]);
+    }
+    return buf;
+}
+
+static const char *event_category(const Event *e) {
+    static const char *cats[EV_KINDS] = {"forward",   "backward", "forward",       "backward",
+                                         "optimizer", "wait",     "communication", "step"};
+    return cats[e->kind];
+}
+
+// every record but the first starts with the comma that separates it from the one before
+static void next_record(FILE *f, long *records) {
+    fputs(*records ? ",\n" : "\n", f);
+    ++*records;
+}
+
+// Chrome's trace-event format: one process per rank, thread 0 its compute (and the waits that
+// interrupt it), thread 1 its communications in flight (async slices: they overlap), thread 2
+// the steps. Times in microseconds from the first event.
+static void write_chrome_trace(const Event *ev, const int *counts, const RankReport *r, int ranks,
+                               double origin) {
+    FILE *f = xfopen(tr.path, "w");
+    const char *threads[] = {"compute", "communication", "steps"};
+    char name[64];
+    long records = 0;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
+    for (int i = 0; i < ranks; i++) {
+        next_record(f, &records);
+        fprintf(f,
+                "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, "
+                "\"args\": {\"name\": \"rank %d %s\"}}",
+                i, i, r[i].name);
+        next_record(f, &records);
+        fprintf(f,
+                "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, "
+                "\"args\": {\"sort_index\": %d}}",
+                i, i);
+        for (int t = 0; t < 3; t++) {
+            next_record(f, &records);
+            fprintf(f,
+                    "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": %d, "
+                    "\"args\": {\"name\": \"%s\"}}",
+                    i, t, threads[t]);
+        }
+    }
+    for (int i = 0, k = 0; i < ranks; i++) {
+        for (int j = 0; j < counts[i]; j++, k++) {
+            const Event *e = &ev[k];
+            double ts = 1e6 * (e->start + r[i].clock_offset - origin);
+            double dur = 1e6 * (e->end - e->start);
+            event_name(name, sizeof name, e);
+            next_record(f, &records);
+            if (e->kind == EV_IN_FLIGHT) { // a begin and an end with the same id
+                const char *fmt = "{\"ph\": \"%c\", \"cat\": \"communication\", \"id\": %d, "
+                                  "\"name\": \"%s\", \"pid\": %d, \"tid\": 1, \"ts\": %.3f";
+                fprintf(f, fmt, 'b', k, name, i, ts);
+                fprintf(f, ", \"args\": {\"step\": %d, \"bytes\": %.0f, \"waited_ms\": %.3f}}",
+                        e->step, e->bytes, 1e3 * e->waited);
+                next_record(f, &records);
+                fprintf(f, fmt, 'e', k, name, i, ts + dur);
+                fputc('}', f);
+                continue;
+            }
+            fprintf(f,
+                    "{\"ph\": \"X\", \"cat\": \"%s\", \"name\": \"%s\", \"pid\": %d, "
+                    "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d",
+                    event_category(e), name, i, e->kind == EV_STEP ? 2 : 0, ts, dur, e->step);
+            if (e->micro >= 0) fprintf(f, ", \"micro_batch\": %d", e->micro);
+            if (e->layer >= 0) fprintf(f, ", \"layer\": %d", e->layer);
+            fputs("}}", f);
+        }
+    }
+    fputs("\n]}\n", f);
+    if (ferror(f) | fclose(f)) FAIL("check the disk", "cannot write %s", tr.path);
+}
+
+// 1, 2 or 5 times a power of ten: about `target` ticks across `range`
+static double nice_tick(double range, int target) {
+    double raw = range / target, p = pow(10.0, floor(log10(raw)));
+    return raw / p < 2 ? p : raw / p < 5 ? 2 * p : 5 * p;
+}
+
+// The picture of one step: a row per rank, its compute above (forward blue, backward orange,
+// optimizer green, waits red on top of what they interrupt) and its communications in flight
+// below; hover a box for its name and length
+static void write_timeline_svg(const char *path, const Event *ev, const int *counts,
+                               const RankReport *r, int ranks, int step) {
+    double t0 = INFINITY, t1 = -INFINITY;
+    for (int i = 0, k = 0; i < ranks; i++)
+        for (int j = 0; j < counts[i]; j++, k++)
+            if (ev[k].kind == EV_STEP && ev[k].step == step) {
+                t0 = fmin(t0, ev[k].start + r[i].clock_offset);
+                t1 = fmax(t1, ev[k].end + r[i].clock_offset);
+            }
+    if (!(t1 > t0)) return;
+    const double left = 250, width = 1000, top = 46, row = 40;
+    const char *fill[EV_KINDS] = {"#4e79a7", "#f28e2b", NULL,     NULL,
+                                  "#59a14f", "#e15759", "#9c755f"};
+    Svg svg;
+    svg_open(&svg, path, left + width + 20, top + ranks * row + 70);
+    svg_text(&svg, 10, 22, 14, "start", "#000",
+             "step %d, %.1f ms: one row per rank, its compute above, its communications below",
+             step, 1e3 * (t1 - t0));
+    double ms = 1e3 * (t1 - t0), tick = nice_tick(ms, 10), scale = width / (t1 - t0);
+    for (double t = 0; t <= ms; t += tick) {
+        double x = left + t * 1e-3 * scale;
+        svg_line(&svg, x, top - 6, x, top + ranks * row, "#ddd", 1);
+        svg_text(&svg, x, top - 10, 10, "middle", "#555", "%g ms", t);
+    }
+    char name[64], title[128];
+    // the waits last, so they show on top of the forward or backward they interrupt
+    const EventKind layers[] = {EV_FORWARD, EV_BACKWARD, EV_OPTIMIZER, EV_WAIT, EV_IN_FLIGHT};
+    for (int i = 0, first = 0; i < ranks; first += counts[i], i++) {
+        double y = top + i * row;
+        svg_text(&svg, 10, y + 19, 11, "start", "#000", "rank %d %s", i, r[i].name);
+        for (int l = 0; l < 5; l++) {
+            for (int k = first; k < first + counts[i]; k++) {
+                const Event *e = &ev[k];
+                if (e->kind != (short)layers[l] || e->step != step) continue;
+                double x = left + (e->start + r[i].clock_offset - t0) * scale;
+                double w = fmax((e->end - e->start) * scale, 0.5);
+                snprintf(title, sizeof title, "%s: %.3f ms", event_name(name, sizeof name, e),
+                         1e3 * (e->end - e->start));
+                int comm = e->kind == EV_IN_FLIGHT;
+                svg_rect(&svg, x, y + (comm ? 27 : 4), w, comm ? 8 : 20, fill[e->kind], title);
+                if ((e->kind == EV_FORWARD || e->kind == EV_BACKWARD) && w > 18)
+                    svg_text(&svg, x + w / 2, y + 18, 10, "middle", "#fff", "%s", name);
+            }
+        }
+    }
+    const char *legend[] = {"forward", "backward", "optimizer", "waiting", "in flight"};
+    for (int l = 0; l < 5; l++) {
+        double x = left + l * 130, y = top + ranks * row + 20;
+        svg_rect(&svg, x, y, 14, 14, fill[layers[l]], NULL);
+        svg_text(&svg, x + 20, y + 12, 12, "start", "#000", "%s", legend[l]);
+    }
+    svg_close(&svg);
+}
+
+void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mode, int grad_acc,
+                  const char *pp_engine) {
+    ProcessGroupManager *pgm = tr.pgm;
+    int ranks = pgm->world_size, me = pgm->global_rank;
+    RankReport mine = this_rank_report(memory, dp_overlap);
+    RankReport *all = me == 0 ? xmalloc(ranks * sizeof(RankReport)) : NULL;
+    gather_bytes(all, &mine, sizeof mine, NULL, NULL, 0);
+    if (me == 0 && ranks > 1) print_report(all, ranks, dp_mode, grad_acc, pp_engine);
+    if (tr.events) {
+        int *counts = me == 0 ? xmalloc(2 * ranks * sizeof(int)) : NULL;
+        int *displs = counts ? counts + ranks : NULL, bytes = tr.num_events * (int)sizeof(Event);
+        gather_bytes(counts, &bytes, sizeof bytes, NULL, NULL, 0);
+        long total = 0;
+        for (int i = 0; me == 0 && i < ranks; i++) displs[i] = (int)total, total += counts[i];
+        Event *ev = me == 0 ? xmalloc(total ? total : 1) : NULL;
+        gather_bytes(ev, tr.events, bytes, counts, displs, 1);
+        if (me == 0) {
+            double origin = INFINITY;
+            for (int i = 0; i < ranks; i++) {
+                counts[i] /= sizeof(Event);
+                for (int j = displs[i] / (int)sizeof(Event), n = 0; n < counts[i]; j++, n++)
+                    origin = fmin(origin, ev[j].start + all[i].clock_offset);
+            }
+            write_chrome_trace(ev, counts, all, ranks, origin);
+            char svg[520];
+            size_t len = strlen(tr.path);
+            int json = len > 5 && strcmp(tr.path + len - 5, ".json") == 0;
+            snprintf(svg, sizeof svg, "%.*s.svg", (int)(json ? len - 5 : len), tr.path);
+            int last = tr.steps_begun < tr.trace_steps ? tr.steps_begun : tr.trace_steps;
+            write_timeline_svg(svg, ev, counts, all, ranks, tr.step - tr.steps_begun + last);
+            printf("trace: %s (open it in ui.perfetto.dev or chrome://tracing) and %s, %ld events "
+                   "of the first %d steps%s\n",
+                   tr.path, svg, total / (long)sizeof(Event), last,
+                   tr.dropped ? " (the rest dropped: lower logging.trace_steps)" : "");
+        }
+        free(ev);
+        free(counts);
+        free(tr.events);
+    }
+    free(all);
+    free(tr.windows);
+}

@@ -1,0 +1,51 @@
+// What each rank did, and when: the timeline of logging.trace, and the figures every multi-rank
+// run prints at its end (trace_report): bytes sent and time waited per process group, the
+// pipeline bubble measured from the compute spans, the share of data-parallel communication that
+// the backward hid, and each rank's memory.
+//
+// Always on, because they are cheap: per-group counters (two clock reads per communication) and
+// per step this rank's compute time and schedule window. With logging.trace, every span is also
+// kept (forward and backward of each micro-batch and layer, each communication in flight and
+// each wait, the optimizer step) for the first logging.trace_steps steps; at the end the ranks'
+// spans meet on rank 0, on rank 0's clock, in one Chrome trace-event file (Perfetto,
+// chrome://tracing) and an SVG picture of the last traced step.
+#pragma once
+#include <stddef.h>
+#include "backend/comm.h"
+#include "process_group_manager.h"
+
+typedef enum {
+    EV_FORWARD,  // one micro-batch through this stage
+    EV_BACKWARD, // and back
+    EV_LAYER_FORWARD,
+    EV_LAYER_BACKWARD,
+    EV_OPTIMIZER, // clipping and AdamW
+    EV_WAIT,      // this rank blocked on a communication (its compute row)
+    EV_IN_FLIGHT, // a communication from its start to its end (the communication row)
+    EV_STEP,      // a whole step, optimizer included
+    EV_KINDS
+} EventKind;
+
+// path: logging.trace ("" records nothing but the counters); the first `steps` steps are traced
+void trace_init(const char *path, int steps, ProcessGroupManager *pgm);
+void trace_step_begin(int step);
+void trace_step_end(void);
+double trace_begin(void); // the start of a span: now
+// a span [start, now] of this rank; micro -1 and layer -1 when they do not apply
+void trace_end(EventKind kind, int micro, int layer, double start);
+
+// The backend's two hooks: a communication starts (its bytes count), and it has ended, the rank
+// having waited for it since `wait_started`
+void trace_comm_started(Handle *h, const Group *g, CommOp op, size_t bytes);
+void trace_comm_finished(Handle *h, double wait_started);
+
+// What one rank holds, for the report
+typedef struct {
+    double params, grads, optimizer, activations_peak; // bytes
+} RankMemory;
+
+// At the end of the run, on every rank: the report (rank 0 prints it, when more than one rank
+// ran) and, with logging.trace, the files. dp_overlap: the share of data-parallel all-reduce time
+// hidden under the backward; dp_mode: "bucketed" or "naive"
+void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mode, int grad_acc,
+                  const char *pp_engine);
