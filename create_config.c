@@ -73,7 +73,7 @@ static Flag flags[] = {
     SET("metrics_file", A_STR, metrics_file, "one JSON line per step goes to this file"),
     OWN("trace", A_OWN_SWITCH,
         "record every rank's timeline: <out_dir>/<exp_name>/trace.json (Perfetto) and trace.svg"),
-    SET("trace_steps", A_INT, trace_steps, "how many steps --trace records (default 3)"),
+    SET("trace_steps", A_INT, trace_steps, "how many steps --trace records"),
     OWN("hf_token", A_NOTE,
         "--hf_token is not needed: picotron.c reads no hub (built-in presets, or --model_config)"),
     OWN("subset_name", A_NOTE,

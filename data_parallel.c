@@ -11,14 +11,18 @@
 // The naive mode (distributed.dp_naive, picotron_tutorial's step 5) all-reduces each layer's
 // gradients the moment they are final, and waits: every byte's time shows in the step. The
 // bucketed mode's all-reduces travel while the backward goes on; data_parallel_wait measures how
-// much of their time in flight the backward hid (trace.c prints it).
+// much of their time in flight overlapped the backward (trace.c prints it).
 #include "data_parallel.h"
+#include <math.h>
+#include "trace.h"
 #include "utils.h"
 
-// an all-reduce has ended: its time in flight, and the part this rank spent waiting for it
-static void account(DataParallel *dp, const Handle *h) {
+// An all-reduce has ended: its time in flight, and how much of it overlapped this rank's backward
+// (which ended at backward_end), the time this rank waited for it not counted
+static void account(DataParallel *dp, const Handle *h, double backward_end) {
+    double end = fmin(h->finished, backward_end), waiting = h->finished - h->waited;
     dp->in_flight_seconds += h->finished - h->started;
-    dp->waited_seconds += h->waited;
+    dp->overlapped_seconds += fmax(0.0, end - h->started - fmax(0.0, end - waiting));
 }
 
 // picotron's mark_param_as_ready, for a range of the flat gradient buffer
@@ -29,7 +33,7 @@ void data_parallel_grads_ready(void *ctx, size_t offset, size_t count) {
     if (dp->naive) {
         Handle h = all_reduce_start(dp->grads + offset, count, REDUCE_AVG, dp->group);
         comm_wait(&h);
-        account(dp, &h);
+        account(dp, &h, h.finished); // the backward waited for it: nothing overlapped
         dp->grads_pending -= count;
         return;
     }
@@ -73,10 +77,11 @@ void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group
 }
 
 void data_parallel_wait(DataParallel *dp) {
+    double backward_end = trace_compute_end();
     for (int b = 0; b < dp->num_buckets; b++) {
         if (dp->in_flight[b]) {
             comm_wait(&dp->handles[b]);
-            account(dp, &dp->handles[b]);
+            account(dp, &dp->handles[b], backward_end);
         } else if (dp->group->size > 1 && !dp->naive)
             FAIL("every parameter's gradient must be reported by the backward hook",
                  "bucket %d of %d never became ready", b, dp->num_buckets);

@@ -15,7 +15,8 @@ typedef struct {
     size_t grads_pending;           // gradients of this step not ready yet
     int started_during_backward;    // buckets whose all-reduce began while backward still ran
     int naive; // picotron_tutorial's step 5: each layer's gradients all-reduced at once, blocking
-    double in_flight_seconds, waited_seconds; // of the all-reduces so far: hidden = the difference
+    double in_flight_seconds, overlapped_seconds; // of the all-reduces so far; the part of it
+                                                  // while this rank's backward still ran
 } DataParallel;
 
 void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group *group,

@@ -14,6 +14,7 @@
 
 #define MAX_EVENTS   (1 << 18) // per rank (16 MB): a longer trace drops what comes after
 #define CLOCK_ROUNDS 8
+#define COMM_LANES   3 // rows of the SVG for communications in flight at the same time
 
 typedef struct {
     double start, end;    // seconds on this rank's clock
@@ -167,6 +168,10 @@ double trace_begin(void) {
     return now_seconds();
 }
 
+double trace_compute_end(void) {
+    return tr.num_windows ? tr.windows[tr.num_windows - 1].end : now_seconds();
+}
+
 void trace_end(EventKind kind, int micro, int layer, double start) {
     // a GPU queues its kernels: with a timeline to draw, the span ends when they have run
     if (tr.events) device_synchronize();
@@ -259,44 +264,54 @@ static void gather_bytes(void *out, const void *in, int bytes, int *counts, int 
 }
 
 // one table, a row per rank: per group, bytes sent (exact) or milliseconds waited (this machine's)
-static void print_group_table(const RankReport *r, int ranks, const int *shown, int bytes) {
+static void print_group_table(FILE *f, const RankReport *r, int ranks, const int *shown,
+                              int bytes) {
     const GroupKind order[] = {GROUP_DP, GROUP_TP, GROUP_PP, GROUP_CP, GROUP_EMBED, GROUP_WORLD};
-    printf("  rank  layout                          ");
+    fprintf(f, "  rank  layout                          ");
     for (int k = 0; k < 6; k++)
-        if (shown[order[k]]) printf(" %12s", group_names[order[k]]);
-    printf("\n");
+        if (shown[order[k]]) fprintf(f, " %12s", group_names[order[k]]);
+    fprintf(f, "\n");
     for (int i = 0; i < ranks; i++) {
-        printf("  %4d  %-32s", i, r[i].name);
+        fprintf(f, "  %4d  %-32s", i, r[i].name);
         for (int k = 0; k < 6; k++) {
             const CommStats *c = &r[i].per_step[order[k]];
             if (shown[order[k]])
-                printf(bytes ? " %12.0f" : " %12.3f", bytes ? c->bytes : 1e3 * c->waited);
+                fprintf(f, bytes ? " %12.0f" : " %12.3f", bytes ? c->bytes : 1e3 * c->waited);
         }
-        printf("\n");
+        fprintf(f, "\n");
     }
+}
+
+static void print_memory_table(FILE *f, const RankReport *r, int ranks) {
+    fprintf(f, "memory per rank, MB (fp32 weights, gradients and AdamW moments; activations at "
+               "their peak):\n  rank  parameters   gradients   optimizer  activations\n");
+    for (int i = 0; i < ranks; i++)
+        fprintf(f, "  %4d  %10.3f  %10.3f  %10.3f  %11.3f\n", i, r[i].memory.params / 1e6,
+                r[i].memory.grads / 1e6, r[i].memory.optimizer / 1e6,
+                r[i].memory.activations_peak / 1e6);
 }
 
 // What a learner compares between layouts. The deterministic figures come first on each line,
 // the measured ones after them, so that a tutorial can show the former and elide the latter.
-static void print_report(const RankReport *r, int ranks, const char *dp_mode, int grad_acc,
+static void print_report(FILE *f, const RankReport *r, int ranks, const char *dp_mode, int grad_acc,
                          const char *pp_engine) {
     int shown[GROUP_KINDS] = {0}, steps = tr.rest_steps ? tr.rest_steps : 1;
+    if (ranks == 1) { // nothing travels: what one rank holds, to compare the layouts with
+        print_memory_table(f, r, ranks);
+        return;
+    }
     for (int i = 0; i < ranks; i++) // the groups that exist and carried something
         for (int g = 0; g < GROUP_KINDS; g++)
             shown[g] |= r[i].group_size[g] > 1 && r[i].per_step[g].calls > 0;
-    printf("bytes sent per step and group (an all-reduce counts its buffer once%s):\n",
-           r[0].group_size[GROUP_CP] > 1 ? "; dp is the cp*dp group that averages gradients" : "");
-    print_group_table(r, ranks, shown, 1);
-    printf(
+    fprintf(f, "bytes sent per step and group (an all-reduce counts its buffer once%s):\n",
+            r[0].group_size[GROUP_CP] > 1 ? "; dp is the cp*dp group that averages gradients" : "");
+    print_group_table(f, r, ranks, shown, 1);
+    fprintf(
+        f,
         "milliseconds waited per step and group, mean of steps %d-%d (depends on the machine):\n",
         tr.steps_begun - steps + 1, tr.steps_begun);
-    print_group_table(r, ranks, shown, 0);
-    printf("memory per rank, MB (fp32 weights, gradients and AdamW moments; activations at "
-           "their peak):\n  rank  parameters   gradients   optimizer  activations\n");
-    for (int i = 0; i < ranks; i++)
-        printf("  %4d  %10.3f  %10.3f  %10.3f  %11.3f\n", i, r[i].memory.params / 1e6,
-               r[i].memory.grads / 1e6, r[i].memory.optimizer / 1e6,
-               r[i].memory.activations_peak / 1e6);
+    print_group_table(f, r, ranks, shown, 0);
+    print_memory_table(f, r, ranks);
     int p = r[0].group_size[GROUP_PP],
         below = r[0].group_size[GROUP_TP] * r[0].group_size[GROUP_CP];
     if (p > 1) {
@@ -306,19 +321,21 @@ static void print_report(const RankReport *r, int ranks, const char *dp_mode, in
             mean += r[i].bubble / ranks;
             stage[i / below % p] += r[i].bubble * p / ranks; // ranks / p of them per stage
         }
-        printf("pipeline bubble (%s, pp=%d, grad_acc=%d): formula (p-1)/(m+p-1) = %d/%d = %.3f; "
-               "measured %.3f of the step (stages",
-               pp_engine, p, grad_acc, p - 1, grad_acc + p - 1,
-               (double)(p - 1) / (grad_acc + p - 1), mean);
-        for (int s = 0; s < p; s++) printf(" %.3f", stage[s]);
-        printf(")\n");
+        fprintf(f,
+                "pipeline bubble (%s, pp=%d, grad_acc=%d): formula (p-1)/(m+p-1) = %d/%d = %.3f; "
+                "measured %.3f of the step (stages",
+                pp_engine, p, grad_acc, p - 1, grad_acc + p - 1,
+                (double)(p - 1) / (grad_acc + p - 1), mean);
+        for (int s = 0; s < p; s++) fprintf(f, " %.3f", stage[s]);
+        fprintf(f, ")\n");
     }
     if (r[0].group_size[GROUP_DP] > 1) {
         double mean = 0.0;
         for (int i = 0; i < ranks; i++) mean += r[i].dp_overlap / ranks;
-        printf("data parallel (%s): of the gradient all-reduces' time in flight, the backward "
-               "hid %.0f%%\n",
-               dp_mode, 100.0 * mean);
+        fprintf(f,
+                "data parallel (%s): of the gradient all-reduces' time in flight, %.0f%% "
+                "overlapped the backward\n",
+                dp_mode, 100.0 * mean);
     }
 }
 
@@ -458,20 +475,32 @@ static void write_timeline_svg(const char *path, const Event *ev, const int *cou
     // the waits last, so they show on top of the forward or backward they interrupt
     const EventKind layers[] = {EV_FORWARD, EV_BACKWARD, EV_OPTIMIZER, EV_WAIT, EV_IN_FLIGHT};
     for (int i = 0, first = 0; i < ranks; first += counts[i], i++) {
-        double y = top + i * row;
+        double y = top + i * row, lane_end[COMM_LANES] = {0};
         svg_text(&svg, 10, y + 19, 11, "start", "#000", "rank %d %s", i, r[i].name);
-        for (int l = 0; l < 5; l++) {
+        // passes: the boxes in layer order, then the forward and backward labels on top
+        for (int l = 0; l <= 5; l++) {
             for (int k = first; k < first + counts[i]; k++) {
                 const Event *e = &ev[k];
-                if (e->kind != (short)layers[l] || e->step != step) continue;
+                int label = l == 5 && (e->kind == EV_FORWARD || e->kind == EV_BACKWARD);
+                if (e->step != step || (l < 5 ? e->kind != (short)layers[l] : !label)) continue;
                 double x = left + (e->start + r[i].clock_offset - t0) * scale;
                 double w = fmax((e->end - e->start) * scale, 0.5);
-                snprintf(title, sizeof title, "%s: %.3f ms", event_name(name, sizeof name, e),
-                         1e3 * (e->end - e->start));
-                int comm = e->kind == EV_IN_FLIGHT;
-                svg_rect(&svg, x, y + (comm ? 27 : 4), w, comm ? 8 : 20, fill[e->kind], title);
-                if ((e->kind == EV_FORWARD || e->kind == EV_BACKWARD) && w > 18)
-                    svg_text(&svg, x + w / 2, y + 18, 10, "middle", "#fff", "%s", name);
+                event_name(name, sizeof name, e);
+                if (label) {
+                    if (w > 18) svg_text(&svg, x + w / 2, y + 18, 10, "middle", "#fff", "%s", name);
+                    continue;
+                }
+                snprintf(title, sizeof title, "%s: %.3f ms", name, 1e3 * (e->end - e->start));
+                if (e->kind != EV_IN_FLIGHT) {
+                    svg_rect(&svg, x, y + 4, w, 20, fill[e->kind], title);
+                    continue;
+                }
+                // communications in flight together take separate lanes (events come in the
+                // order they ended, so a lane is free once its last box ends before this one)
+                int lane = 0;
+                while (lane < COMM_LANES - 1 && lane_end[lane] > x) lane++;
+                lane_end[lane] = fmax(lane_end[lane], x + w);
+                svg_rect(&svg, x, y + 26 + 3.5 * lane, w, 3, fill[e->kind], title);
             }
         }
     }
@@ -487,11 +516,23 @@ static void write_timeline_svg(const char *path, const Event *ev, const int *cou
 void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mode, int grad_acc,
                   const char *pp_engine) {
     ProcessGroupManager *pgm = tr.pgm;
+    fflush(stdout); // this rank's last lines go out before rank 0's report
     int ranks = pgm->world_size, me = pgm->global_rank;
     RankReport mine = this_rank_report(memory, dp_overlap);
     RankReport *all = me == 0 ? xmalloc(ranks * sizeof(RankReport)) : NULL;
     gather_bytes(all, &mine, sizeof mine, NULL, NULL, 0);
-    if (me == 0 && ranks > 1) print_report(all, ranks, dp_mode, grad_acc, pp_engine);
+    if (me == 0) {
+        // one write: the other ranks' last lines cannot land inside the report's
+        char *text = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&text, &size);
+        if (!f) FAIL("out of memory?", "open_memstream failed");
+        print_report(f, all, ranks, dp_mode, grad_acc, pp_engine);
+        fclose(f);
+        fwrite(text, 1, size, stdout);
+        fflush(stdout);
+        free(text);
+    }
     if (tr.events) {
         int *counts = me == 0 ? xmalloc(2 * ranks * sizeof(int)) : NULL;
         int *displs = counts ? counts + ranks : NULL, bytes = tr.num_events * (int)sizeof(Event);

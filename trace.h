@@ -31,6 +31,8 @@ void trace_init(const char *path, int steps, ProcessGroupManager *pgm);
 void trace_step_begin(int step);
 void trace_step_end(void);
 double trace_begin(void); // the start of a span: now
+// when this step's last forward or backward on this rank ended (data parallelism's overlap)
+double trace_compute_end(void);
 // a span [start, now] of this rank; micro -1 and layer -1 when they do not apply
 void trace_end(EventKind kind, int micro, int layer, double start);
 
@@ -44,8 +46,8 @@ typedef struct {
     double params, grads, optimizer, activations_peak; // bytes
 } RankMemory;
 
-// At the end of the run, on every rank: the report (rank 0 prints it, when more than one rank
-// ran) and, with logging.trace, the files. dp_overlap: the share of data-parallel all-reduce time
-// hidden under the backward; dp_mode: "bucketed" or "naive"
+// At the end of the run, on every rank: the report (rank 0 prints it; on one rank only the
+// memory) and, with logging.trace, the files. dp_overlap: the share of the data-parallel
+// all-reduces' time in flight that overlapped the backward; dp_mode: "bucketed" or "naive"
 void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mode, int grad_acc,
                   const char *pp_engine);

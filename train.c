@@ -268,7 +268,13 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    double dp_hidden = dp.in_flight_seconds > 0 ? 1 - dp.waited_seconds / dp.in_flight_seconds : 0;
+    if (logger && pgm.cp_dp.size > 1 && !cfg.dp_naive)
+        printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
+               pgm.global_rank, dp.started_during_backward, dp.num_buckets * steps_run);
+    if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
+        printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
+               pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);
+    double dp_hidden = dp.in_flight_seconds > 0 ? dp.overlapped_seconds / dp.in_flight_seconds : 0;
     RankMemory memory = {.params = model.num_params * sizeof(float),
                          .grads = model.num_params * sizeof(float),
                          .optimizer = 2.0 * opt.num_params * sizeof(float),
@@ -276,12 +282,6 @@ int main(int argc, char **argv) {
                              model_activation_bytes(&model, model.peak_slots_in_use)};
     trace_finish(&memory, dp_hidden, cfg.dp_naive ? "naive" : "bucketed",
                  cfg.gradient_accumulation_steps, cfg.pp_engine);
-    if (logger && pgm.cp_dp.size > 1 && !cfg.dp_naive)
-        printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
-               pgm.global_rank, dp.started_during_backward, dp.num_buckets * steps_run);
-    if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
-        printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
-               pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);
     if (metrics) fclose(metrics);
     pipeline_parallel_free(&pipe);
     data_parallel_free(&dp);
