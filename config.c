@@ -74,6 +74,7 @@ static const Field fields[] = {
     KEY("training", "adam_beta1", T_FLOAT, adam_beta1),
     KEY("training", "adam_beta2", T_FLOAT, adam_beta2),
     KEY("training", "adam_eps", T_FLOAT, adam_eps),
+    KEY("training", "recompute", T_BOOL, recompute),
     KEY("dataset", "name", T_STR, dataset_name),
     KEY("dataset", "tokenizer", T_STR, tokenizer),
     IGNORED("dataset", "subset_name", "null"),

@@ -30,6 +30,7 @@ typedef struct {
     char lr_decay[16]; // "constant" (picotron) or "cosine"
     float min_lr;
     float weight_decay, adam_beta1, adam_beta2, adam_eps;
+    int recompute; // full activation recomputation: layers keep only their input (model_memory.c)
     // dataset
     char dataset_name[512]; // a .txt (byte-tokenised), a token file (.tok) or llm.c .bin
     char tokenizer[512];    // the tokenizer the token file was made with ("": bytes, or unnamed)

@@ -59,6 +59,8 @@ static Flag flags[] = {
     SET("seq_len", A_INT, seq_length, "sequence length, in tokens"),
     SET("learning_rate", A_FLOAT, learning_rate, "AdamW learning rate"),
     SET("grad_clip", A_FLOAT, grad_clip, "max global gradient norm; 0: no clipping"),
+    SET("recompute", A_SWITCH, recompute,
+        "recompute each layer's forward in the backward: keep only layer inputs (less memory)"),
     SET("total_train_steps", A_INT, total_train_steps, "optimizer steps to train"),
     SET("seed", A_INT, seed, "seed of the weights and the data order"),
     SET("dataset", A_STR, dataset_name, "a .txt (bytes), a .tok token file or an llm.c .bin"),

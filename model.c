@@ -38,7 +38,7 @@ static float *add_param(Model *model, float *base, const char *name, int rows, i
 // The tensors of this stage in one table, named and sized as Hugging Face's full model has them.
 // The first stage holds the embedding, the last the final norm and the head (the embedding again
 // when tied). A layer's tensors are contiguous: data parallelism's buckets rely on it.
-static void layout_params(Model *model, ModelWeights *w, float *base) {
+void model_layout_params(Model *model, ModelWeights *w, float *base) {
     const Config *c = &model->cfg;
     // the full model's sizes, by their config names (not the letters of this rank's shares)
     int hidden = c->hidden_size, vocab = c->vocab_size, features = c->intermediate_size;
@@ -103,11 +103,11 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
     model->dw.layers = xmalloc(layers * sizeof(LayerWeights));
 
     // one sizing pass, then the flat buffers, then the pointers into them
-    layout_params(model, &model->w, NULL);
+    model_layout_params(model, &model->w, NULL);
     model->params = device_malloc(model->num_params * sizeof(float));
     model->grads = device_malloc(model->num_params * sizeof(float));
-    layout_params(model, &model->dw, model->grads);
-    layout_params(model, &model->w, model->params);
+    model_layout_params(model, &model->dw, model->grads);
+    model_layout_params(model, &model->w, model->params);
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
         init_tensor(model->params + p->offset, (uint64_t)cfg->seed, hash_string(p->name),
@@ -117,23 +117,6 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
 
     model_rope_tables(model, shard->positions);
     model_alloc_buffers(model, num_slots);
-}
-
-int model_full_table(ParamInfo *table, const Config *cfg) {
-    ProcessGroupManager one = {.tp = {.rank = 0, .size = 1}}; // no tensor-parallel split
-    Model *whole = xmalloc(sizeof(Model));
-    whole->cfg = *cfg;
-    whole->pgm = &one;
-    whole->D = cfg->hidden_size / cfg->num_attention_heads;
-    whole->L = cfg->num_hidden_layers;
-    whole->stage = (PipelineStage){0, whole->L, 1, 1};
-    whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
-    layout_params(whole, &whole->w, NULL);
-    int n = whole->num_tensors;
-    memcpy(table, whole->table, n * sizeof(ParamInfo));
-    free(whole->w.layers);
-    free(whole);
-    return n;
 }
 
 // mid = x + o_proj(attention(rope(q, k), v)), q, k, v = projections of ln1 = rmsnorm(x)
@@ -217,6 +200,16 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
     rmsnorm_backward(dresid, dw->input_layernorm, d->ln1, x, w->input_layernorm, s->rstd1, N, C);
 }
 
+// Decoder layer l of slot a, from its input resid[l] to out. What it saves goes to a->layers[l]:
+// the slot's own tensors, or under recomputation the one layer's worth all slots share.
+static void layer_forward(Model *model, float *out, const Activations *a, int l) {
+    const LayerWeights *w = &model->w.layers[l];
+    const LayerActivations *s = &a->layers[l];
+    const float *x = a->resid + (size_t)l * model->B * model->T * model->C;
+    attention_forward(model, s->mid, &s->self_attn, x, &w->self_attn);
+    mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
+}
+
 float model_forward(Model *model, int slot, float loss_scale) {
     Activations *a = &model->slots[slot];
     int N = model->B * model->T, C = model->C, V = model->V;
@@ -228,12 +221,8 @@ float model_forward(Model *model, int slot, float loss_scale) {
         vocab_parallel_embedding_forward(a->resid, a->tokens, model->w.embed_tokens, N, C,
                                          model->vocab_start, V, tp);
     for (int l = 0; l < model->L; l++) {
-        const LayerWeights *w = &model->w.layers[l];
-        const LayerActivations *s = &a->layers[l];
-        float *x = a->resid + l * NC, *out = a->resid + (l + 1) * NC;
         double start = trace_begin();
-        attention_forward(model, s->mid, &s->self_attn, x, &w->self_attn);
-        mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
+        layer_forward(model, a->resid + (l + 1) * NC, a, l);
         trace_end(EV_LAYER_FORWARD, -1, model->stage.layer0 + l, start);
     }
     if (!model->stage.has_head) return 0.0f;
@@ -271,7 +260,7 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         // forward: lnf = rmsnorm(resid[L])
         rmsnorm_backward(dresid, dw->norm, dlnf, model_stage_output(model, slot), w->norm, a->rstdf,
                          N, C);
-        // the final norm and an untied head are the last tensors of layout_params
+        // the final norm and an untied head are the last tensors of model_layout_params
         grads_ready(model, dw->norm, model->grads + model->num_params);
         if (model->cfg.tie_word_embeddings && !model->stage.has_embedding)
             grads_ready(model, dw->embed_tokens, dw->embed_tokens + (size_t)V * C);
@@ -282,6 +271,9 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         const LayerWeights *wl = &w->layers[l], *dwl = &dw->layers[l];
         const LayerActivations *s = &a->layers[l];
         double start = trace_begin();
+        // full recomputation (model_memory.c): the forward kept only resid[l], so run the layer
+        // again to refill what its backward reads; its output, already in resid[l+1], is dropped
+        if (model->cfg.recompute) layer_forward(model, model->recompute_output, a, l);
         mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
         attention_backward(model, dresid, &dwl->self_attn, &s->self_attn, a->resid + l * NC,
                            &wl->self_attn);

@@ -82,7 +82,7 @@ typedef struct {
 typedef struct {
     int *tokens, *targets;    // (N) on the device
     float *resid;             // (L+1, N, C): input of each layer, then the stage output
-    LayerActivations *layers; // (L): pointers into `memory`
+    LayerActivations *layers; // (L): pointers into `memory`; recomputing, all into the shared layer
     float *lnf, *rstdf;       // (N, C), (N): final norm (last stage)
     float *dlogits;           // (N, V): gradient of the loss, computed with the forward
     float loss;               // mean over this rank's tokens of the micro-batch
@@ -109,6 +109,10 @@ typedef struct Model {
     LayerActivations d; // one layer's gradients, pointers into d_memory
     float *d_memory;
     float *dresid; // (N, C): the residual stream's gradient when the caller wants none back
+    // full recomputation (training.recompute): the one layer's saved tensors that every slot's
+    // layers point at, refilled before each layer's backward, and that layer's output (N, C),
+    // which nothing reads (the slot's resid already holds it)
+    float *recompute_memory, *recompute_output;
     float *logits; // (N, V)
     VocabParallelLossBuffers loss_buffers;
     float *scalar; // (1): a device float for one-float all-reduces (the step's loss, the grad norm)
@@ -132,6 +136,8 @@ int param_table_find(const ParamInfo *table, int n, const char *name);   // its 
 // The whole model's tensors (every layer, none split), in layout order: what a checkpoint holds.
 // Fills table (MAX_PARAMS) and returns how many.
 int model_full_table(ParamInfo *table, const Config *cfg);
+// model.c: this stage's parameter table, and w's pointers into base (NULL: only the sizes)
+void model_layout_params(Model *model, ModelWeights *w, float *base);
 // 1 for the one copy of p's elements that counts in this model replica: norms are the same on
 // every tp rank, and the tied embedding's copy on the last stage repeats the first stage's
 int model_param_counts_once(const Model *model, const ParamInfo *p);

@@ -1,5 +1,20 @@
 // Where one rank's model keeps its tensors: the activation slots of the micro-batches in
-// flight, the buffers the backward shares between them, and the RoPE tables.
+// flight, the buffers the backward shares between them, and the RoPE tables; and the whole
+// model's parameter table, which a checkpoint holds.
+//
+// Activation recomputation (training.recompute; Chen et al. 2016, "Training Deep Nets with
+// Sublinear Memory Cost", and Megatron-LM's "full" recomputation): a slot then keeps only each
+// layer's input, the residual stream resid (L+1, N, C), and the head's tensors. Every slot's
+// layers point at one shared layer's worth of saved tensors: the forward overwrites it layer by
+// layer, and the backward runs each layer's forward again into it, from resid[l], just before that
+// layer's backward. Per micro-batch in flight and layer, what is kept shrinks from C + 3C +
+// 2H*D + 2KV*D + 3I floats a token (resid and the saved tensors, leaving out rstd and lse) to C;
+// the price is one more forward of every layer in each backward (about a third more compute, a
+// backward costing two forwards), with its tensor- and context-parallel communication run again.
+// The same kernels on the same inputs give the same bits, so the losses do not change. Selective
+// recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+// Models") would keep the GEMM outputs and redo only attention, whose (T, T) scores this model
+// never stores anyway.
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -36,12 +51,19 @@ static size_t layer_activations_layout(LayerActivations *s, float *base, const M
     return used;
 }
 
-// A slot is one allocation: resid (L+1, N, C), then each layer's saved tensors, then the last
-// stage's final norm and dlogits.
+// A slot is one allocation: resid (L+1, N, C), then each layer's saved tensors (none when they
+// are recomputed), then the last stage's final norm and dlogits.
 static size_t slot_floats(const Model *model) {
     size_t N = (size_t)model->B * model->T, L = model->L, C = model->C;
     size_t head = model->stage.has_head ? N * C + N + N * model->V : 0;
-    return (L + 1) * N * C + L * layer_activations_layout(NULL, NULL, model) + head;
+    size_t layers = model->cfg.recompute ? 0 : L * layer_activations_layout(NULL, NULL, model);
+    return (L + 1) * N * C + layers + head;
+}
+
+// under recomputation: the one shared layer's saved tensors, then its output (N, C)
+static size_t recompute_floats(const Model *model) {
+    if (!model->cfg.recompute) return 0;
+    return layer_activations_layout(NULL, NULL, model) + (size_t)model->B * model->T * model->C;
 }
 
 static void alloc_activations(Model *model, Activations *a) {
@@ -53,7 +75,12 @@ static void alloc_activations(Model *model, Activations *a) {
     float *p = a->memory;
     a->resid = p;
     p += (L + 1) * N * C;
-    for (size_t l = 0; l < L; l++) p += layer_activations_layout(&a->layers[l], p, model);
+    for (size_t l = 0; l < L; l++) {
+        if (model->cfg.recompute) // every layer saves into the one shared layer
+            layer_activations_layout(&a->layers[l], model->recompute_memory, model);
+        else
+            p += layer_activations_layout(&a->layers[l], p, model);
+    }
     if (model->stage.has_head) {
         a->lnf = p;
         a->rstdf = p + N * C;
@@ -85,6 +112,11 @@ void model_rope_tables(Model *model, const int *positions) {
 void model_alloc_buffers(Model *model, int num_slots) {
     ring_attention_init(&model->ring, &model->pgm->cp, model->B, model->cfg.seq_length, model->H,
                         model->KV, model->D, model->cfg.cp_zigzag);
+    if (model->cfg.recompute) {
+        model->recompute_memory = device_malloc(recompute_floats(model) * sizeof(float));
+        model->recompute_output =
+            model->recompute_memory + layer_activations_layout(NULL, NULL, model);
+    }
     model->num_slots = num_slots;
     model->slots = xmalloc(num_slots * sizeof(Activations));
     for (int s = 0; s < num_slots; s++) alloc_activations(model, &model->slots[s]);
@@ -106,11 +138,12 @@ void model_alloc_buffers(Model *model, int num_slots) {
 }
 
 // what model_alloc_buffers allocates for `slots` micro-batches in flight: their slots (with their
-// tokens and targets) and the backward's buffers, which every slot shares
+// tokens and targets) and the buffers every slot shares: the backward's, and recomputation's
 size_t model_activation_bytes(const Model *model, int slots) {
     size_t N = (size_t)model->B * model->T, backward = layer_activations_layout(NULL, NULL, model);
     backward += N * model->C + (model->stage.has_head ? N * model->V + 4 * N + 1 : 0);
-    return (slots * (slot_floats(model) + 2 * N) + backward + 1) * sizeof(float);
+    size_t shared = backward + recompute_floats(model) + 1;
+    return (slots * (slot_floats(model) + 2 * N) + shared) * sizeof(float);
 }
 
 void model_free(Model *model) {
@@ -126,6 +159,7 @@ void model_free(Model *model) {
                         model->rope_cos,
                         model->rope_sin,
                         model->d_memory,
+                        model->recompute_memory,
                         model->dresid,
                         model->logits,
                         model->loss_buffers.maxes,
@@ -170,4 +204,21 @@ int param_table_find(const ParamInfo *table, int n, const char *name) {
 const ParamInfo *model_find_param(const Model *model, const char *name) {
     int i = param_table_find(model->table, model->num_tensors, name);
     return i < 0 ? NULL : &model->table[i];
+}
+
+int model_full_table(ParamInfo *table, const Config *cfg) {
+    ProcessGroupManager one = {.tp = {.rank = 0, .size = 1}}; // no tensor-parallel split
+    Model *whole = xmalloc(sizeof(Model));
+    whole->cfg = *cfg;
+    whole->pgm = &one;
+    whole->D = cfg->hidden_size / cfg->num_attention_heads;
+    whole->L = cfg->num_hidden_layers;
+    whole->stage = (PipelineStage){0, whole->L, 1, 1};
+    whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
+    model_layout_params(whole, &whole->w, NULL);
+    int n = whole->num_tensors;
+    memcpy(table, whole->table, n * sizeof(ParamInfo));
+    free(whole->w.layers);
+    free(whole);
+    return n;
 }

@@ -25,7 +25,7 @@ harness_failures=0
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
-    local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" kv
+    local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -38,7 +38,8 @@ run_layout() {
            "vocab_size": 256, "tie_word_embeddings": $tied${HARNESS_MODEL_EXTRA:+, $HARNESS_MODEL_EXTRA}},
  "training": {"seed": 7, "learning_rate": 1e-3, "total_train_steps": $STEPS,
               "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
-              "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay"},
+              "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay",
+              "recompute": $recompute},
  "dataset": {"name": "data/pride_and_prejudice.txt"},
  "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $save, "load_path": "$load"},
  "logging": {"metrics_file": "$dir/metrics.jsonl"}}
