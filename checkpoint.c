@@ -50,6 +50,49 @@ static int owns_block(const Model *model, const ParamInfo *p) {
            model_param_counts_once(model, p);
 }
 
+// Does this rank write p's elements of this part, and count them in the checksum? The moments
+// under ZeRO-1 are each rank's own (its shard of every tensor that counts once); else owns_block.
+static int writes_block(const Model *model, const Optimizer *opt, const ParamInfo *p, int part) {
+    if (part > 0 && opt->zero1) return model_param_counts_once(model, p);
+    return owns_block(model, p);
+}
+
+// The elements of p's block this rank keeps in one part's buffer, as blocks of whole or partial
+// rows of p's tensor, each block's offset its place in that buffer; returns how many (at most 3 *
+// opt->num_ranges). The parameters hold p whole at p->offset. The moments hold the ranges of the
+// flat buffer that opt updates, back to back: the whole buffer (one block, p itself), or ZeRO-1's
+// shard, which may cut p anywhere, mid-row included.
+static int part_blocks(ParamInfo *out, const ParamInfo *p, const Optimizer *opt, int part) {
+    if (part == 0 || !opt) {
+        out[0] = *p;
+        return 1;
+    }
+    size_t lo = p->offset, hi = lo + (size_t)p->rows * p->cols, moments = 0, cols = p->cols;
+    int n = 0;
+    for (int r = 0; r < opt->num_ranges; moments += opt->size[r], r++) {
+        size_t first = lo > opt->start[r] ? lo : opt->start[r];
+        size_t end = hi < opt->start[r] + opt->size[r] ? hi : opt->start[r] + opt->size[r];
+        if (first >= end) continue; // p and this range do not meet
+        // element k of p's block, in row-major order, from first - lo to end - lo
+        for (size_t k = first - lo, k_end = end - lo, take; k < k_end; k += take) {
+            ParamInfo b = *p;
+            b.row0 = p->row0 + (int)(k / cols);
+            b.col0 = p->col0 + (int)(k % cols);
+            if (k % cols != 0 || k_end - k < cols) { // a part of one row
+                take = cols - k % cols < k_end - k ? cols - k % cols : k_end - k;
+                b.rows = 1;
+                b.cols = (int)take;
+            } else { // whole rows
+                b.rows = (int)((k_end - k) / cols);
+                take = (size_t)b.rows * cols;
+            }
+            b.offset = moments + (lo + k - opt->start[r]);
+            out[n++] = b;
+        }
+    }
+    return n;
+}
+
 static int full_index(const ParamInfo *full, int n, const char *name) {
     int j = param_table_find(full, n, name);
     if (j < 0)
@@ -77,18 +120,26 @@ static const SafetensorsTensor *find_tensor(const SafetensorsFile **file,
                files[0].path, name);
 }
 
-// reads this rank's block of every tensor of one part into host (num_params); with sums, adds the
-// checksum of each block this rank owns at its whole-model index
-static void read_part(float *host, const Model *model, const SafetensorsFile *files, int num_files,
-                      int part, uint64_t *sums, const ParamInfo *full, int n) {
+// reads this rank's elements of every tensor of one part into host (the part's buffer: the
+// parameters, or opt's moments; opt NULL: the parameters only); with sums, adds the checksum of
+// each block this rank writes at its whole-model index
+static void read_part(float *host, const Model *model, const Optimizer *opt,
+                      const SafetensorsFile *files, int num_files, int part, uint64_t *sums,
+                      const ParamInfo *full, int n) {
+    ParamInfo *blocks = xmalloc(3 * (opt ? opt->num_ranges : 1) * sizeof(ParamInfo));
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
         const SafetensorsFile *f;
         const SafetensorsTensor *t = find_tensor(&f, files, num_files, p, part);
-        safetensors_read_block(host + p->offset, f, t, p);
-        if (sums && owns_block(model, p))
-            sums[part * n + full_index(full, n, p->name)] = checksum_block(host + p->offset, p);
+        int count = part_blocks(blocks, p, opt, part);
+        for (int k = 0; k < count; k++) {
+            safetensors_read_block(host + blocks[k].offset, f, t, &blocks[k]);
+            if (sums && writes_block(model, opt, p, part))
+                sums[part * n + full_index(full, n, p->name)] +=
+                    checksum_block(host + blocks[k].offset, &blocks[k]);
+        }
     }
+    free(blocks);
 }
 
 // The architecture keys that change the numbers must match; one line names the first that does not
@@ -327,23 +378,33 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
 
     uint64_t *sums = xmalloc(NUM_PARTS * n * sizeof(uint64_t));
     float *host = xmalloc(model->num_params * sizeof(float));
+    ParamInfo *blocks = xmalloc(3 * opt->num_ranges * sizeof(ParamInfo));
     const float *buffers[NUM_PARTS] = {model->params, opt->m, opt->v};
-    // the other data- and context-parallel replicas hold copies: they copy and write nothing
+    // the other data- and context-parallel replicas hold copies: they copy and write nothing,
+    // except each one's shard of the moments under ZeRO-1
     int writer = pgm->dp_rank == 0 && pgm->cp_rank == 0;
-    for (int part = 0; writer && part < NUM_PARTS; part++) {
-        device_to_host(host, buffers[part], model->num_params * sizeof(float));
+    for (int part = 0; part < NUM_PARTS; part++) {
+        if (!writer && !(part > 0 && opt->zero1)) continue;
+        size_t floats = part == 0 ? model->num_params : opt->num_params;
+        device_to_host(host, buffers[part], floats * sizeof(float));
         SafetensorsFile f;
         snprintf(path, sizeof path, "%s/%s", tmp, PARTS[part].file);
         safetensors_open(&f, path, 1);
         for (int i = 0; i < model->num_tensors; i++) {
             const ParamInfo *p = &model->table[i];
-            if (!owns_block(model, p)) continue;
+            if (!writes_block(model, opt, p, part)) continue;
             const SafetensorsFile *unused;
-            safetensors_write_block(&f, find_tensor(&unused, &f, 1, p, part), host + p->offset, p);
-            sums[part * n + full_index(full, n, p->name)] = checksum_block(host + p->offset, p);
+            const SafetensorsTensor *t = find_tensor(&unused, &f, 1, p, part);
+            int count = part_blocks(blocks, p, opt, part);
+            for (int k = 0; k < count; k++) {
+                safetensors_write_block(&f, t, host + blocks[k].offset, &blocks[k]);
+                sums[part * n + full_index(full, n, p->name)] +=
+                    checksum_block(host + blocks[k].offset, &blocks[k]);
+            }
         }
         safetensors_close(&f); // synced
     }
+    free(blocks);
     // tests/t_59 dies here, the files written but not committed, as a node failure would
     const char *kill_rank = getenv("PICOTRON_TEST_KILL_RANK_IN_SAVE");
     if (kill_rank && atoi(kill_rank) == pgm->global_rank) raise(SIGKILL);
@@ -437,8 +498,9 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
     float *host = xmalloc(model->num_params * sizeof(float));
     float *buffers[NUM_PARTS] = {model->params, opt->m, opt->v};
     for (int part = 0; part < NUM_PARTS; part++) {
-        read_part(host, model, &files[part ? 1 : 0], 1, part, sums, full, n);
-        host_to_device(buffers[part], host, model->num_params * sizeof(float));
+        read_part(host, model, opt, &files[part ? 1 : 0], 1, part, sums, full, n);
+        size_t floats = part == 0 ? model->num_params : opt->num_params;
+        host_to_device(buffers[part], host, floats * sizeof(float));
     }
     all_reduce_host(sums, NUM_PARTS * n, MPI_UINT64_T, MPI_SUM, &model->pgm->world);
     const cJSON *checksums = cJSON_GetObjectItemCaseSensitive(state, "checksums");
@@ -495,7 +557,7 @@ void checkpoint_init_from(Model *model, const char *folder) {
         cJSON_Delete(index);
     }
     float *host = xmalloc(model->num_params * sizeof(float));
-    read_part(host, model, files, num_files, 0, NULL, NULL, 0);
+    read_part(host, model, NULL, files, num_files, 0, NULL, NULL, 0);
     host_to_device(model->params, host, model->num_params * sizeof(float));
     free(host);
     for (int i = 0; i < num_files; i++) safetensors_close(&files[i]);

@@ -6,6 +6,9 @@
 //                          checksum per tensor
 // Each rank writes and reads only the block of each tensor it holds, at its offset in the file:
 // saving scales with the ranks, and a checkpoint written under any layout loads into any other.
+// Under ZeRO-1 (distributed.zero1) each cp*dp replica writes and reads the moments of its own
+// shard, ranges of the flat buffer that may cut a tensor mid-row; the files are the same either
+// way, so a run can switch ZeRO-1 on or off when it resumes.
 #pragma once
 #include "model.h"
 #include "optimizer.h"

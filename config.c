@@ -44,6 +44,7 @@ static const Field fields[] = {
     KEY("distributed", "cp_zigzag", T_BOOL, cp_zigzag),
     KEY("distributed", "bucket_size_mb", T_INT, bucket_size_mb),
     KEY("distributed", "dp_naive", T_BOOL, dp_naive),
+    KEY("distributed", "zero1", T_BOOL, zero1),
     KEY("model", "name", T_STR, model_name),
     KEY("model", "num_hidden_layers", T_INT, num_hidden_layers),
     KEY("model", "num_attention_heads", T_INT, num_attention_heads),
@@ -413,6 +414,9 @@ void config_validate(const Config *c) {
         CHECK(counts[i].value >= counts[i].min, "%s = %ld must be at least %ld", counts[i].key,
               counts[i].value, counts[i].min);
 
+    CHECK(!(c->zero1 && c->dp_naive),
+          "distributed.zero1 and distributed.dp_naive are both true: ZeRO-1 reduce-scatters the "
+          "gradient buckets, the naive mode all-reduces each layer; set one of them to false");
     CHECK(one_of(c->pp_engine, "afab", "1f1b"),
           "distributed.pp_engine = \"%s\" must be \"afab\" or \"1f1b\"", c->pp_engine);
     CHECK(one_of(c->backend, "nccl", "mpi"),

@@ -48,6 +48,8 @@ static Flag flags[] = {
     SET("bucket_size_mb", A_INT, bucket_size_mb, "data-parallel gradient bucket size in MB"),
     SET("dp_naive", A_SWITCH, dp_naive,
         "naive data parallelism: all-reduce each layer's gradients at once, blocking"),
+    SET("zero1", A_SWITCH, zero1,
+        "ZeRO-1: shard AdamW's moments over the cp*dp replicas (reduce-scatter, all-gather)"),
     SET("num_hidden_layers", A_INT, num_hidden_layers, "override the model's layer count"),
     SET("num_attention_heads", A_INT, num_attention_heads, "override the model's query heads"),
     SET("num_key_value_heads", A_INT, num_key_value_heads, "override the model's key/value heads"),

@@ -12,8 +12,21 @@
 // gradients the moment they are final, and waits: every byte's time shows in the step. The
 // bucketed mode's all-reduces travel while the backward goes on; data_parallel_wait measures how
 // much of their time in flight overlapped the backward (trace.c prints it).
+//
+// ZeRO-1 (distributed.zero1; DeepSpeed's stage 1, nanotron's and Megatron's distributed optimizer):
+// each of the R cp*dp replicas keeps AdamW's moments for 1/R of the parameters only. A bucket is
+// reduce-scattered instead of all-reduced (the same bytes sent): rank r ends the step with the
+// averaged gradient of piece r of every bucket, updates just that piece (optimizer.c), and every
+// bucket's parameters are then all-gathered. The shard is piece r of each bucket, not one range
+// of the flat buffer: so each bucket's reduce-scatter still starts during the backward, as soon as
+// that bucket is ready, and every rank owns a share of every bucket (Megatron shards its buckets
+// the same way). Buckets are a multiple of R floats; only the last may not be, and it alone goes
+// through a padded scratch buffer (NCCL's pieces must all be the same size).
+// The tied embedding of a pipeline is summed between its first and last stage after the wait, on
+// the whole averaged gradient: the buckets that hold it are all-reduced even under ZeRO-1.
 #include "data_parallel.h"
 #include <math.h>
+#include "backend/backend.h"
 #include "trace.h"
 #include "utils.h"
 
@@ -25,12 +38,26 @@ static void account(DataParallel *dp, const Handle *h, double backward_end) {
     dp->overlapped_seconds += fmax(0.0, end - h->started - fmax(0.0, end - waiting));
 }
 
+// A bucket whose gradients are final: averaged over the replicas (ZeRO-1: each rank's piece only)
+static void start_bucket(DataParallel *dp, int b) {
+    float *bucket = dp->grads + dp->start[b];
+    if (!dp->zero1 || dp->all_reduced[b]) {
+        dp->handles[b] = all_reduce_start(bucket, dp->size[b], REDUCE_AVG, dp->group);
+        return;
+    }
+    if (dp->padded[b] != dp->size[b]) { // the last bucket: through the padded scratch
+        device_copy(dp->pad, bucket, dp->size[b] * sizeof(float));
+        bucket = dp->pad;
+    }
+    dp->handles[b] = reduce_scatter_start(bucket, dp->padded[b], REDUCE_AVG, dp->group);
+}
+
 // picotron's mark_param_as_ready, for a range of the flat gradient buffer
 void data_parallel_grads_ready(void *ctx, size_t offset, size_t count) {
     DataParallel *dp = ctx;
     // one replica: nothing to average
     if (!dp->require_backward_grad_sync || dp->group->size == 1) return;
-    if (dp->naive) {
+    if (dp->naive) { // (never with zero1: config_validate refuses it)
         Handle h = all_reduce_start(dp->grads + offset, count, REDUCE_AVG, dp->group);
         comm_wait(&h);
         account(dp, &h, h.finished); // the backward waited for it: nothing overlapped
@@ -47,23 +74,56 @@ void data_parallel_grads_ready(void *ctx, size_t offset, size_t count) {
         if (first >= end) continue;
         dp->ready[b] += end - first;
         if (dp->ready[b] == dp->size[b]) {
-            dp->handles[b] = all_reduce_start(dp->grads + lo, dp->size[b], REDUCE_AVG, dp->group);
+            start_bucket(dp, b);
             dp->in_flight[b] = 1;
             if (dp->grads_pending > 0) dp->started_during_backward++;
         }
     }
 }
 
-void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group *group,
-                        int bucket_size_mb, int naive) {
-    size_t n = num_params;
-    size_t bucket = (size_t)bucket_size_mb * 1024 * 1024 / sizeof(float);
-    *dp = (DataParallel){.grads = grads,
+// ZeRO-1's pieces of each bucket, this rank's range of them, and which buckets hold the tied
+// embedding of a pipeline (summed between stages after the wait: those are all-reduced)
+static void zero1_init(DataParallel *dp, const Model *model) {
+    size_t R = (size_t)dp->group->size, last = 0;
+    const PipelineStage *stage = &model->stage;
+    int tied = model->pgm->pp_size > 1 && model->cfg.tie_word_embeddings &&
+               (stage->has_embedding || stage->has_head);
+    size_t tied_lo = tied ? (size_t)(model->dw.embed_tokens - model->grads) : 0;
+    size_t tied_hi = tied ? tied_lo + (size_t)model->V * model->C : 0;
+    dp->piece = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->padded = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->shard_start = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->shard_size = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->all_reduced = xmalloc(dp->num_buckets * sizeof(int));
+    dp->gathers = xmalloc(dp->num_buckets * sizeof(Handle));
+    for (int b = 0; b < dp->num_buckets; b++) {
+        size_t lo = dp->start[b], hi = lo + dp->size[b];
+        dp->piece[b] = (dp->size[b] + R - 1) / R;
+        dp->padded[b] = dp->piece[b] * R;
+        size_t first = lo + dp->group->rank * dp->piece[b];
+        size_t end = first + dp->piece[b] < hi ? first + dp->piece[b] : hi;
+        dp->shard_start[b] = first < hi ? first : hi;
+        dp->shard_size[b] = first < end ? end - first : 0;
+        dp->all_reduced[b] = tied && lo < tied_hi && tied_lo < hi;
+        if (dp->padded[b] != dp->size[b]) last = dp->padded[b];
+    }
+    dp->pad = last ? device_malloc(last * sizeof(float)) : NULL;
+    if (dp->pad) device_zero(dp->pad, last * sizeof(float));
+}
+
+void data_parallel_init(DataParallel *dp, Model *model, Group *group) {
+    size_t n = model->num_params;
+    size_t bucket = (size_t)model->cfg.bucket_size_mb * 1024 * 1024 / sizeof(float);
+    // ZeRO-1: buckets of a multiple of the group's size, so that only the last needs padding
+    size_t R = (size_t)group->size;
+    if (model->cfg.zero1) bucket = bucket >= R ? bucket / R * R : R;
+    *dp = (DataParallel){.grads = model->grads,
                          .num_params = n,
                          .group = group,
                          .require_backward_grad_sync = 1,
                          .grads_pending = n,
-                         .naive = naive};
+                         .naive = model->cfg.dp_naive,
+                         .zero1 = model->cfg.zero1};
     dp->num_buckets = (int)((n + bucket - 1) / bucket);
     dp->start = xmalloc(dp->num_buckets * sizeof(size_t));
     dp->size = xmalloc(dp->num_buckets * sizeof(size_t));
@@ -74,6 +134,9 @@ void data_parallel_init(DataParallel *dp, float *grads, size_t num_params, Group
         dp->start[b] = b * bucket;
         dp->size[b] = b * bucket + bucket <= n ? bucket : n - b * bucket;
     }
+    if (dp->zero1) zero1_init(dp, model);
+    model->on_grads_ready = data_parallel_grads_ready; // picotron's register_backward_hook
+    model->hook_ctx = dp;
 }
 
 void data_parallel_wait(DataParallel *dp) {
@@ -82,6 +145,10 @@ void data_parallel_wait(DataParallel *dp) {
         if (dp->in_flight[b]) {
             comm_wait(&dp->handles[b]);
             account(dp, &dp->handles[b], backward_end);
+            if (dp->zero1 && !dp->all_reduced[b] && dp->padded[b] != dp->size[b])
+                device_copy(dp->grads + dp->shard_start[b],
+                            dp->pad + dp->group->rank * dp->piece[b],
+                            dp->shard_size[b] * sizeof(float));
         } else if (dp->group->size > 1 && !dp->naive)
             FAIL("every parameter's gradient must be reported by the backward hook",
                  "bucket %d of %d never became ready", b, dp->num_buckets);
@@ -91,7 +158,35 @@ void data_parallel_wait(DataParallel *dp) {
     dp->grads_pending = dp->num_params;
 }
 
+void data_parallel_all_gather_params(DataParallel *dp, float *params) {
+    if (!dp->zero1 || dp->group->size == 1) return;
+    // all started at once: they travel together, and the padded one's copy waits for its turn
+    for (int b = 0; b < dp->num_buckets; b++) {
+        float *bucket = params + dp->start[b];
+        if (dp->padded[b] != dp->size[b]) {
+            device_copy(dp->pad + dp->group->rank * dp->piece[b], params + dp->shard_start[b],
+                        dp->shard_size[b] * sizeof(float));
+            bucket = dp->pad;
+        }
+        dp->gathers[b] = all_gather_start(bucket, dp->padded[b], dp->group);
+    }
+    for (int b = 0; b < dp->num_buckets; b++) {
+        comm_wait(&dp->gathers[b]);
+        if (dp->padded[b] != dp->size[b])
+            device_copy(params + dp->start[b], dp->pad, dp->size[b] * sizeof(float));
+    }
+}
+
 void data_parallel_free(DataParallel *dp) {
+    if (dp->zero1) {
+        free(dp->piece);
+        free(dp->padded);
+        free(dp->shard_start);
+        free(dp->shard_size);
+        free(dp->all_reduced);
+        free(dp->gathers);
+        if (dp->pad) device_free(dp->pad);
+    }
     free(dp->start);
     free(dp->size);
     free(dp->ready);

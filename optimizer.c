@@ -14,34 +14,48 @@ float learning_rate_at(const Config *cfg, int step) {
     return cfg->min_lr + 0.5f * (lr - cfg->min_lr) * (1.0f + cosf((float)M_PI * progress));
 }
 
-float clip_grad_norm(Model *model) {
+// out[0] += the squares of p's gradient that lie in opt's ranges (all of it without ZeRO-1)
+static void sum_squares_in_ranges(float *out, const Model *model, const ParamInfo *p,
+                                  const Optimizer *opt) {
+    size_t lo = p->offset, hi = lo + (size_t)p->rows * p->cols;
+    for (int r = 0; r < opt->num_ranges; r++) {
+        size_t first = lo > opt->start[r] ? lo : opt->start[r];
+        size_t end = hi < opt->start[r] + opt->size[r] ? hi : opt->start[r] + opt->size[r];
+        if (first < end) sum_squares(out, model->grads + first, end - first);
+    }
+}
+
+float clip_grad_norm(Model *model, const Optimizer *opt) {
     ProcessGroupManager *pgm = model->pgm;
     float *sum = model->scalar;
     device_zero(sum, sizeof(float));
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
-        if (model_param_counts_once(model, p))
-            sum_squares(sum, model->grads + p->offset, (size_t)p->rows * p->cols);
+        if (model_param_counts_once(model, p)) sum_squares_in_ranges(sum, model, p, opt);
     }
-    // every cp*dp replica holds the same averaged gradients: sum over all, divide them out
+    // Without ZeRO-1 every cp*dp replica holds the same averaged gradients: sum over all, divide
+    // them out. With it the replicas' shards are disjoint: each element is counted once.
     all_reduce(sum, 1, REDUCE_SUM, &pgm->world);
     float total = 0.0f;
     device_to_host(&total, sum, sizeof(float));
-    float norm = sqrtf(total / (pgm->cp_size * pgm->dp_size));
+    float norm = sqrtf(total / (opt->zero1 ? 1 : pgm->cp_size * pgm->dp_size));
     float max_norm = model->cfg.grad_clip;
     if (max_norm > 0 && norm > max_norm)
-        scale_inplace(model->grads, max_norm / (norm + 1e-6f), model->num_params);
+        for (int r = 0; r < opt->num_ranges; r++) // the gradients the optimizer reads
+            if (opt->size[r] > 0)
+                scale_inplace(model->grads + opt->start[r], max_norm / (norm + 1e-6f),
+                              opt->size[r]);
     return norm;
 }
 
-void first_nonfinite_gradient(char *name, size_t size, Model *model) {
+void first_nonfinite_gradient(char *name, size_t size, Model *model, const Optimizer *opt) {
     ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
     int n = model_full_table(full, &model->cfg), first = n;
     for (int i = 0; i < model->num_tensors && first == n; i++) {
         const ParamInfo *p = &model->table[i];
         float squares = 0.0f;
         device_zero(model->scalar, sizeof(float));
-        sum_squares(model->scalar, model->grads + p->offset, (size_t)p->rows * p->cols);
+        sum_squares_in_ranges(model->scalar, model, p, opt);
         device_to_host(&squares, model->scalar, sizeof(float));
         int j = isfinite(squares) ? -1 : param_table_find(full, n, p->name);
         if (j >= 0) first = j;
@@ -51,23 +65,56 @@ void first_nonfinite_gradient(char *name, size_t size, Model *model) {
     free(full);
 }
 
-void optimizer_init(Optimizer *opt, const Config *cfg, size_t num_params) {
-    *opt = (Optimizer){.m = device_malloc(num_params * sizeof(float)),
-                       .v = device_malloc(num_params * sizeof(float)),
-                       .num_params = num_params,
+// moments for the given ranges of the flat buffers, back to back
+static void optimizer_init_ranges(Optimizer *opt, const Config *cfg, int num_ranges,
+                                  const size_t *start, const size_t *size) {
+    size_t n = 0;
+    for (int r = 0; r < num_ranges; r++) n += size[r];
+    *opt = (Optimizer){.m = device_malloc(n * sizeof(float)),
+                       .v = device_malloc(n * sizeof(float)),
+                       .num_params = n,
+                       .num_ranges = num_ranges,
+                       .start = xmalloc(num_ranges * sizeof(size_t)),
+                       .size = xmalloc(num_ranges * sizeof(size_t)),
                        .beta1 = cfg->adam_beta1,
                        .beta2 = cfg->adam_beta2,
                        .eps = cfg->adam_eps,
                        .weight_decay = cfg->weight_decay};
+    memcpy(opt->start, start, num_ranges * sizeof(size_t));
+    memcpy(opt->size, size, num_ranges * sizeof(size_t));
+}
+
+void optimizer_init(Optimizer *opt, const Config *cfg, size_t num_params) {
+    size_t start = 0;
+    optimizer_init_ranges(opt, cfg, 1, &start, &num_params);
+}
+
+void optimizer_init_shard(Optimizer *opt, const Config *cfg, DataParallel *dp) {
+    if (!dp->zero1 || dp->group->size == 1) {
+        optimizer_init(opt, cfg, dp->num_params);
+        return;
+    }
+    // ZeRO-1: this rank's piece of every bucket
+    optimizer_init_ranges(opt, cfg, dp->num_buckets, dp->shard_start, dp->shard_size);
+    opt->zero1 = dp;
 }
 
 void optimizer_free(Optimizer *opt) {
     device_free(opt->m);
     device_free(opt->v);
+    free(opt->start);
+    free(opt->size);
 }
 
 void optimizer_step(Optimizer *opt, float *params, const float *grads, float lr) {
     opt->step++;
-    adamw_update(params, grads, opt->m, opt->v, opt->num_params, lr, opt->beta1, opt->beta2,
-                 opt->eps, opt->weight_decay, opt->step);
+    size_t moments = 0; // where this range's moments begin
+    for (int r = 0; r < opt->num_ranges; r++) {
+        size_t at = opt->start[r];
+        if (opt->size[r] == 0) continue; // the last bucket's padding can leave a rank nothing
+        adamw_update(params + at, grads + at, opt->m + moments, opt->v + moments, opt->size[r], lr,
+                     opt->beta1, opt->beta2, opt->eps, opt->weight_decay, opt->step);
+        moments += opt->size[r];
+    }
+    if (opt->zero1) data_parallel_all_gather_params(opt->zero1, params);
 }

@@ -47,7 +47,8 @@ static struct {
 } tr;
 
 static const char *group_names[GROUP_KINDS] = {"other", "world", "tp", "cp", "pp", "dp", "embed"};
-static const char *op_names[] = {"", "all_reduce", "send", "recv", "send_recv", "barrier"};
+static const char *op_names[] = {"",          "all_reduce", "send",           "recv",
+                                 "send_recv", "barrier",    "reduce_scatter", "all_gather"};
 
 static int recording(void) {
     return tr.events && tr.in_step && tr.steps_begun <= tr.trace_steps;
@@ -333,7 +334,7 @@ static void print_report(FILE *f, const RankReport *r, int ranks, const char *dp
         double mean = 0.0;
         for (int i = 0; i < ranks; i++) mean += r[i].dp_overlap / ranks;
         fprintf(f,
-                "data parallel (%s): of the gradient all-reduces' time in flight, %.0f%% "
+                "data parallel (%s): of the gradient reductions' time in flight, %.0f%% "
                 "overlapped the backward\n",
                 dp_mode, 100.0 * mean);
     }

@@ -176,15 +176,12 @@ int main(int argc, char **argv) {
                         .positions = positions};
     Model model;
     model_init(&model, &cfg, &pgm, &shard, pipeline_num_slots(&cfg, pgm.pp_rank));
-    Optimizer opt;
-    optimizer_init(&opt, &cfg, model.num_params);
     MicroBatchDataLoader loader;
     micro_batch_loader_init(&loader, &ds, &cfg, pgm.dp_rank, pgm.dp_size, positions, T);
-    DataParallel dp;
-    data_parallel_init(&dp, model.grads, model.num_params, &pgm.cp_dp, cfg.bucket_size_mb,
-                       cfg.dp_naive);
-    model.on_grads_ready = data_parallel_grads_ready; // picotron's register_backward_hook
-    model.hook_ctx = &dp;
+    DataParallel dp; // the model's backward hook: picotron's register_backward_hook
+    data_parallel_init(&dp, &model, &pgm.cp_dp);
+    Optimizer opt; // distributed.zero1: moments of this rank's shard only (ZeRO-1)
+    optimizer_init_shard(&opt, &cfg, &dp);
     PipelineParallel pipe;
     pipeline_parallel_init(&pipe, &model, &dp, &loader, &pgm);
     int logger = pgm.pp_is_last && pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0;
@@ -223,13 +220,13 @@ int main(int argc, char **argv) {
         data_parallel_wait(&dp);
         pipeline_sync_tied_embeddings(&model);
         double optimizer_start = trace_begin();
-        float norm = clip_grad_norm(&model);
+        float norm = clip_grad_norm(&model, &opt);
         // every rank learns at this same step whether to stop: a signal, or a number gone bad
         int stop[2] = {stop_signal, !isfinite(norm) || (pgm.pp_is_last && !isfinite(loss))};
         all_reduce_host(stop, 2, MPI_INT, MPI_MAX, &pgm.world);
         if (stop[1]) {
             char name[128];
-            first_nonfinite_gradient(name, sizeof name, &model);
+            first_nonfinite_gradient(name, sizeof name, &model, &opt);
             user_error("training diverged at step %d (learning rate %g): the loss or the gradient "
                        "norm is not finite; first tensor with a non-finite gradient: %s. Lower "
                        "training.learning_rate or set training.grad_clip; nothing of this step "
@@ -269,8 +266,9 @@ int main(int argc, char **argv) {
         }
     }
     if (logger && pgm.cp_dp.size > 1 && !cfg.dp_naive)
-        printf("[rank %d] data parallel: %d bucket all-reduces of %d started during backward\n",
-               pgm.global_rank, dp.started_during_backward, dp.num_buckets * steps_run);
+        printf("[rank %d] data parallel: %d bucket %s of %d started during backward\n",
+               pgm.global_rank, dp.started_during_backward,
+               cfg.zero1 ? "reduce-scatters" : "all-reduces", dp.num_buckets * steps_run);
     if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
         printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
                pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);
@@ -280,7 +278,10 @@ int main(int argc, char **argv) {
                          .optimizer = 2.0 * opt.num_params * sizeof(float),
                          .activations_peak =
                              model_activation_bytes(&model, model.peak_slots_in_use)};
-    trace_finish(&memory, dp_hidden, cfg.dp_naive ? "naive" : "bucketed",
+    trace_finish(&memory, dp_hidden,
+                 cfg.dp_naive ? "naive"
+                 : cfg.zero1  ? "ZeRO-1"
+                              : "bucketed",
                  cfg.gradient_accumulation_steps, cfg.pp_engine);
     if (metrics) fclose(metrics);
     pipeline_parallel_free(&pipe);

@@ -29,7 +29,16 @@ typedef struct {
 } Group;
 
 typedef enum { REDUCE_SUM, REDUCE_AVG, REDUCE_MAX } ReduceOp;
-typedef enum { OP_NONE, OP_ALL_REDUCE, OP_SEND, OP_RECV, OP_SEND_RECV, OP_BARRIER } CommOp;
+typedef enum {
+    OP_NONE,
+    OP_ALL_REDUCE,
+    OP_SEND,
+    OP_RECV,
+    OP_SEND_RECV,
+    OP_BARRIER,
+    OP_REDUCE_SCATTER,
+    OP_ALL_GATHER
+} CommOp;
 
 // a communication in flight; comm_wait() ends it
 typedef struct {
@@ -38,6 +47,8 @@ typedef struct {
     float *avg_buf; // REDUCE_AVG: scaled by 1/size when the sum arrives
     size_t avg_n;
     int avg_size;
+    float *move_to, *move_from; // CPU reduce-scatter: MPI leaves this rank's piece at the front
+    size_t move_n;
     void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
     // for trace.c: what travels, on which group, since when; OP_NONE: nothing (more) to record.
     // Once it has ended: when, and how long this rank waited for it (data_parallel.c reads them)
@@ -54,6 +65,15 @@ void group_free(Group *g);
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g);
 Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g);
+// ZeRO-1's pair (data_parallel.c), in place on buf (n floats, n a multiple of g->size): piece r is
+// buf[r*n/size, (r+1)*n/size). reduce_scatter: once waited for, this rank's piece holds the sum (or
+// the mean) of that piece over the group; the other pieces are left undefined. all_gather: this
+// rank's piece is sent, and once waited for every piece holds its owner's. Bytes sent, for trace.c:
+// the whole buffer for the reduce-scatter (as an all-reduce's), this rank's piece for the gather.
+Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g);
+void reduce_scatter(float *buf, size_t n, ReduceOp op, Group *g);
+Handle all_gather_start(float *buf, size_t n, Group *g);
+void all_gather(float *buf, size_t n, Group *g);
 void send(const float *buf, size_t n, int dst, Group *g);
 void recv(float *buf, size_t n, int src, Group *g);
 // send to dst and receive from src at once (pipeline neighbours, the context ring)

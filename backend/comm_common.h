@@ -37,6 +37,14 @@ static inline void wait_pause(int polls) {
     nanosleep(&nap, NULL);
 }
 
+// REDUCE_AVG travels as a sum: comm_wait divides buf[0, n) by the group's size once it arrives
+static inline void average_when_done(Handle *h, ReduceOp op, float *buf, size_t n, Group *g) {
+    if (op != REDUCE_AVG) return;
+    h->avg_buf = buf;
+    h->avg_n = n;
+    h->avg_size = g->size;
+}
+
 // a handle with nothing in flight: comm_wait() on it returns at once
 static inline Handle handle_done(void) {
     Handle h;

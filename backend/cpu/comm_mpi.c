@@ -44,6 +44,10 @@ void comm_wait(Handle *h) {
     }
     h->count = 0;
     trace_comm_finished(h, wait_started);
+    if (h->move_to) {
+        memmove(h->move_to, h->move_from, h->move_n * sizeof(float));
+        h->move_to = NULL;
+    }
     if (h->avg_buf) {
         // REDUCE_AVG travels as a sum; the mean is taken once it has arrived
         float s = 1.0f / (float)h->avg_size;
@@ -68,16 +72,64 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
     mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
     h.count = 1;
     trace_comm_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
-    if (op == REDUCE_AVG) {
-        h.avg_buf = buf;
-        h.avg_n = n;
-        h.avg_size = g->size;
-    }
+    average_when_done(&h, op, buf, n, g);
     return h;
 }
 
 void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
     Handle h = all_reduce_start(buf, n, op, g);
+    comm_wait(&h);
+}
+
+// n must be a multiple of the group's size: NCCL's pieces are all alike, and so are ours
+static size_t piece_of(size_t n, const char *what, Group *g) {
+    if (n % g->size != 0)
+        FAIL("pad the buffer to a multiple of the group size (data_parallel.c does)",
+             "%s of %zu floats over %d ranks", what, n, g->size);
+    return n / g->size;
+}
+
+// MPI_IN_PLACE leaves this rank's reduced piece at the front of buf: comm_wait moves it home
+Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g) {
+    Handle h = handle_done();
+    if (g->size == 1 || n == 0) return h; // one piece, the whole buffer, already reduced
+    size_t piece = piece_of(n, "reduce_scatter", g);
+    int count = mpi_count(piece, "reduce_scatter");
+    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    mpiCheck(
+        MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
+    h.count = 1;
+    trace_comm_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
+    float *mine = buf + (size_t)g->rank * piece;
+    if (mine != buf) {
+        h.move_to = mine;
+        h.move_from = buf;
+        h.move_n = piece;
+    }
+    average_when_done(&h, op, mine, piece, g);
+    return h;
+}
+
+void reduce_scatter(float *buf, size_t n, ReduceOp op, Group *g) {
+    Handle h = reduce_scatter_start(buf, n, op, g);
+    comm_wait(&h);
+}
+
+// in place: MPI takes this rank's contribution from its own piece of buf
+Handle all_gather_start(float *buf, size_t n, Group *g) {
+    Handle h = handle_done();
+    if (g->size == 1 || n == 0) return h; // this rank's piece is the whole buffer
+    size_t piece = piece_of(n, "all_gather", g);
+    int count = mpi_count(piece, "all_gather");
+    mpiCheck(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count, MPI_FLOAT, g->comm,
+                            &h.req[0]));
+    h.count = 1;
+    trace_comm_started(&h, g, OP_ALL_GATHER, piece * sizeof(float));
+    return h;
+}
+
+void all_gather(float *buf, size_t n, Group *g) {
+    Handle h = all_gather_start(buf, n, g);
     comm_wait(&h);
 }
 

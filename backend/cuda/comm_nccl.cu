@@ -210,11 +210,7 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
     // communicator: PICOTRON_NCCL_GROUP_OF_ONE)
     if (n == 0 || (g->size == 1 && !g->nccl)) return h;
     trace_comm_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
-    if (op == REDUCE_AVG) {
-        h.avg_buf = buf;
-        h.avg_n = n;
-        h.avg_size = g->size;
-    }
+    average_when_done(&h, op, buf, n, g);
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
         ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, nccl_op(op), (ncclComm_t)g->nccl, stream));
@@ -243,6 +239,90 @@ void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
     PROFILE(PROFILE_COMM);
     Handle h = all_reduce_any(buf, n, op, g, 0);
     comm_wait(&h); // "nccl": nothing to wait for on the host, only the mean to take
+}
+
+// n must be a multiple of the group's size: NCCL's pieces are all alike
+static size_t piece_of(size_t n, const char *what, Group *g) {
+    if (n % g->size != 0)
+        FAIL("pad the buffer to a multiple of the group size (data_parallel.c does)",
+             "%s of %zu floats over %d ranks", what, n, g->size);
+    return n / g->size;
+}
+
+// ZeRO-1's reduce-scatter, in place: NCCL writes this rank's piece where it lies in buf; "mpi"
+// reduces a host copy, whose front MPI_IN_PLACE leaves the piece at, and copies that piece home
+static Handle reduce_scatter_any(float *buf, size_t n, ReduceOp op, Group *g, int async) {
+    Handle h = handle_done();
+    if (n == 0 || (g->size == 1 && !g->nccl)) return h; // one piece: the whole buffer, reduced
+    size_t piece = piece_of(n, "reduce_scatter", g);
+    float *mine = buf + (size_t)g->rank * piece;
+    trace_comm_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
+    average_when_done(&h, op, mine, piece, g);
+    if (g->nccl) {
+        cudaStream_t stream = async ? stream_after_compute(g) : 0;
+        ncclCheck(ncclReduceScatter(buf, mine, piece, ncclFloat, nccl_op(op), (ncclComm_t)g->nccl,
+                                    stream));
+        if (async) record_done(&h, g);
+        return h;
+    }
+    int count = mpi_count(piece, "reduce_scatter");
+    DeviceOp *op_state = op_new();
+    op_state->host = host_copy(buf, n);
+    op_state->dst = mine;
+    op_state->dst_n = piece;
+    h.device_op = op_state;
+    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    mpiCheck(MPI_Ireduce_scatter_block(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_op,
+                                       g->comm, &h.req[0]));
+    h.count = 1;
+    return h;
+}
+
+Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g) {
+    PROFILE(PROFILE_COMM);
+    return reduce_scatter_any(buf, n, op, g, 1);
+}
+
+void reduce_scatter(float *buf, size_t n, ReduceOp op, Group *g) {
+    PROFILE(PROFILE_COMM);
+    Handle h = reduce_scatter_any(buf, n, op, g, 0);
+    comm_wait(&h);
+}
+
+// ZeRO-1's all-gather, in place: this rank's piece of buf goes to every rank of the group
+static Handle all_gather_any(float *buf, size_t n, Group *g, int async) {
+    Handle h = handle_done();
+    if (n == 0 || (g->size == 1 && !g->nccl)) return h; // this rank's piece is the whole buffer
+    size_t piece = piece_of(n, "all_gather", g);
+    trace_comm_started(&h, g, OP_ALL_GATHER, piece * sizeof(float));
+    if (g->nccl) {
+        cudaStream_t stream = async ? stream_after_compute(g) : 0;
+        ncclCheck(ncclAllGather(buf + (size_t)g->rank * piece, buf, piece, ncclFloat,
+                                (ncclComm_t)g->nccl, stream));
+        if (async) record_done(&h, g);
+        return h;
+    }
+    int count = mpi_count(piece, "all_gather");
+    DeviceOp *op_state = op_new();
+    op_state->host = host_copy(buf, n); // MPI_IN_PLACE sends this rank's piece from here
+    op_state->dst = buf;
+    op_state->dst_n = n;
+    h.device_op = op_state;
+    mpiCheck(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op_state->host, count, MPI_FLOAT,
+                            g->comm, &h.req[0]));
+    h.count = 1;
+    return h;
+}
+
+Handle all_gather_start(float *buf, size_t n, Group *g) {
+    PROFILE(PROFILE_COMM);
+    return all_gather_any(buf, n, g, 1);
+}
+
+void all_gather(float *buf, size_t n, Group *g) {
+    PROFILE(PROFILE_COMM);
+    Handle h = all_gather_any(buf, n, g, 0);
+    comm_wait(&h);
 }
 
 void send(const float *buf, size_t n, int dst, Group *g) {

@@ -198,6 +198,7 @@ struct PendingOp {
     MPI_Request req;
     std::vector<float> staging; // the input copy; for a reduction or a receive, the result
     float *dst;                 // where the result lands (NULL for a send)
+    size_t dst_n;               // floats that land there; 0: all of staging
     bool done;
 };
 typedef std::vector<std::shared_ptr<PendingOp>> OpList;
@@ -223,7 +224,8 @@ static bool test_ops(OpList &ops) {
             all = false;
             continue;
         }
-        if (op->dst) memcpy(op->dst, op->staging.data(), op->staging.size() * sizeof(float));
+        size_t n = op->dst_n ? op->dst_n : op->staging.size();
+        if (op->dst) memcpy(op->dst, op->staging.data(), n * sizeof(float));
         op->done = true;
     }
     if (all) ops.clear();
@@ -905,6 +907,7 @@ static std::shared_ptr<PendingOp> deferred(cudaStream_t stream, const void *in, 
     else
         op->staging.resize(count);
     op->dst = out;
+    op->dst_n = 0;
     op->done = false;
     if (out) memset(out, 0xff, count * sizeof(float));
     stream->pending.push_back(op);
@@ -926,6 +929,59 @@ ncclResult_t ncclAllReduce(const void *sendbuf, void *recvbuf, size_t count, ncc
     MPI_Iallreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, mpi_count(count),
                    MPI_FLOAT, mpi_op(op), comm->comm, &req);
     wait_all(1, &req);
+    return ncclSuccess;
+}
+
+// ZeRO-1's pair, through a host copy of the whole buffer: MPI_IN_PLACE leaves a reduce-scatter's
+// piece at the copy's front and takes an all-gather's own piece from its place in the copy
+ncclResult_t ncclReduceScatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                               ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+    size_t count = recvcount * (size_t)(comm ? comm->size : 1);
+    if (!comm || type != ncclFloat) return ncclInvalidArgument;
+    if (!floats_on_device(sendbuf, count) || !floats_on_device(recvbuf, recvcount))
+        return ncclInvalidArgument;
+    auto pending = std::make_shared<PendingOp>();
+    pending->staging.assign((const float *)sendbuf, (const float *)sendbuf + count);
+    pending->dst = NULL;
+    pending->dst_n = 0;
+    pending->done = false;
+    MPI_Ireduce_scatter_block(MPI_IN_PLACE, pending->staging.data(), mpi_count(recvcount),
+                              MPI_FLOAT, mpi_op(op), comm->comm, &pending->req);
+    if (stream) {
+        pending->dst = (float *)recvbuf;
+        pending->dst_n = recvcount;
+        memset(recvbuf, 0xff, recvcount * sizeof(float));
+        stream->pending.push_back(pending);
+        return ncclSuccess;
+    }
+    wait_all(1, &pending->req);
+    memcpy(recvbuf, pending->staging.data(), recvcount * sizeof(float));
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                           ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+    size_t count = sendcount * (size_t)(comm ? comm->size : 1);
+    if (!comm || type != ncclFloat) return ncclInvalidArgument;
+    if (!floats_on_device(sendbuf, sendcount) || !floats_on_device(recvbuf, count))
+        return ncclInvalidArgument;
+    auto pending = std::make_shared<PendingOp>();
+    pending->staging.resize(count);
+    memcpy(pending->staging.data() + (size_t)comm->rank * sendcount, sendbuf,
+           sendcount * sizeof(float));
+    pending->dst = (float *)recvbuf;
+    pending->dst_n = 0;
+    pending->done = false;
+    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, pending->staging.data(),
+                   mpi_count(sendcount), MPI_FLOAT, comm->comm, &pending->req);
+    if (stream) {
+        memset(recvbuf, 0xff, count * sizeof(float));
+        stream->pending.push_back(pending);
+        return ncclSuccess;
+    }
+    wait_all(1, &pending->req);
+    memcpy(recvbuf, pending->staging.data(), count * sizeof(float));
     return ncclSuccess;
 }
 

@@ -255,6 +255,11 @@ ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error);
 ncclResult_t ncclAllReduce(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                               ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                           ncclDataType_t type, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclSend(const void *sendbuf, size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclRecv(void *recvbuf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
