@@ -77,6 +77,37 @@ static void check_all_reduce(Group *g, size_t n, int salt) {
     free(x);
 }
 
+// ZeRO-1's pair: reduce_scatter leaves this rank's piece of n = pieces * size floats reduced (sum
+// or mean over the group), then all_gather hands every rank every piece: the all-reduce, in two
+static void check_reduce_scatter_all_gather(Group *g, size_t pieces, int salt) {
+    static const char *names[] = {"reduce_scatter sum", "reduce_scatter avg"};
+    size_t n = pieces * g->size, mine = pieces * g->rank;
+    float *x = xmalloc(n * sizeof(float));
+    for (int op = REDUCE_SUM; op <= REDUCE_AVG; op++) {
+        fill_values(x, n, g->rank, salt + op);
+        reduce_scatter(x, n, (ReduceOp)op, g);
+        double err = 0, gathered = 0;
+        for (size_t i = mine; i < mine + pieces; i++) {
+            double sum = 0, mag = 0;
+            for (int r = 0; r < g->size; r++) {
+                sum += value(r, i, salt + op);
+                mag += fabs(value(r, i, salt + op));
+            }
+            double scale = op == REDUCE_AVG ? 1.0 / g->size : 1.0;
+            err = fmax(err, sum_err(x[i], sum * scale, mag * scale));
+        }
+        report(names[op], n, g, err, TOL_REDUCE);
+        // every rank's piece, as that rank now holds it, must arrive whole and exact
+        for (size_t i = mine; i < mine + pieces; i++) x[i] = value(g->rank, i, salt + 7);
+        all_gather(x, n, g);
+        for (size_t i = 0; i < n; i++)
+            gathered = fmax(gathered, rel_err(x[i], value((int)(i / pieces), i, salt + 7)));
+        report(op == REDUCE_SUM ? "all_gather (after sum)" : "all_gather (after avg)", n, g,
+               gathered, 0);
+    }
+    free(x);
+}
+
 // two reductions in flight at once, completed in the reverse of the order they started
 static void check_overlap(Group *g, size_t n, int salt) {
     float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float));
@@ -165,6 +196,7 @@ static void check_group(Group *g, int salt) {
         check_overlap(g, n, salt + 3);
         if (g->size > 1) check_send_recv_chain(g, n, salt + 9);
         check_send_recv_ring(g, n, salt + 10);
+        check_reduce_scatter_all_gather(g, n, salt + 11);
     }
     barrier(g);
 }
