@@ -44,6 +44,7 @@ void pipeline_parallel_init(PipelineParallel *pipe, Model *model, DataParallel *
     size_t bytes = (size_t)model->B * model->T * model->C * sizeof(float);
     pipe->input_tensor_grad = device_malloc(bytes);
     pipe->output_tensor_grad = device_malloc(bytes);
+    pipe->buffer_bytes = 2 * bytes;
 }
 
 void pipeline_parallel_free(PipelineParallel *pipe) {

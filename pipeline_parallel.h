@@ -20,6 +20,7 @@ typedef struct {
     ProcessGroupManager *pgm;
     float *input_tensor_grad;  // (N, C): the gradient of this stage's input, sent back
     float *output_tensor_grad; // (N, C): the gradient of its output, received from the next stage
+    size_t buffer_bytes; // the two gradient buffers above: activations' gradients, in the report
 } PipelineParallel;
 
 void pipeline_parallel_init(PipelineParallel *pipe, Model *model, DataParallel *dp,

@@ -283,13 +283,24 @@ static void print_group_table(FILE *f, const RankReport *r, int ranks, const int
     }
 }
 
+// The table adds up what each part should take; the line after it says how much of what the
+// allocator really handed out (its peak) the table accounts for: the rest is small buffers (RoPE
+// tables, the ring's and the pipeline's) and the allocator's rounding
 static void print_memory_table(FILE *f, const RankReport *r, int ranks) {
     fprintf(f, "memory per rank, MB (fp32 weights, gradients and AdamW moments; activations at "
                "their peak):\n  rank  parameters   gradients   optimizer  activations\n");
-    for (int i = 0; i < ranks; i++)
-        fprintf(f, "  %4d  %10.3f  %10.3f  %10.3f  %11.3f\n", i, r[i].memory.params / 1e6,
-                r[i].memory.grads / 1e6, r[i].memory.optimizer / 1e6,
-                r[i].memory.activations_peak / 1e6);
+    double least = INFINITY, most = 0.0;
+    for (int i = 0; i < ranks; i++) {
+        const RankMemory *m = &r[i].memory;
+        fprintf(f, "  %4d  %10.3f  %10.3f  %10.3f  %11.3f\n", i, m->params / 1e6, m->grads / 1e6,
+                m->optimizer / 1e6, m->activations_peak / 1e6);
+        double table = m->params + m->grads + m->optimizer + m->activations_peak;
+        least = fmin(least, table / m->allocated_peak);
+        most = fmax(most, table / m->allocated_peak);
+    }
+    fprintf(f, "the allocator's own peak, MB:");
+    for (int i = 0; i < ranks; i++) fprintf(f, " %.3f", r[i].memory.allocated_peak / 1e6);
+    fprintf(f, "; the table accounts for %.1f%% to %.1f%% of it\n", 100 * least, 100 * most);
 }
 
 // What a learner compares between layouts. The deterministic figures come first on each line,

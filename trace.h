@@ -44,6 +44,7 @@ void trace_comm_finished(Handle *h, double wait_started);
 // What one rank holds, for the report
 typedef struct {
     double params, grads, optimizer, activations_peak; // bytes
+    double allocated_peak; // device_allocated_peak(): the allocator's count, to check the others
 } RankMemory;
 
 // At the end of the run, on every rank: the report (rank 0 prints it; on one rank only the

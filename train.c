@@ -277,7 +277,9 @@ int main(int argc, char **argv) {
                          .grads = model.num_params * sizeof(float),
                          .optimizer = 2.0 * opt.num_params * sizeof(float),
                          .activations_peak =
-                             model_activation_bytes(&model, model.peak_slots_in_use)};
+                             model_activation_bytes(&model, model.peak_slots_in_use) +
+                             pipe.buffer_bytes,
+                         .allocated_peak = device_allocated_peak()};
     trace_finish(&memory, dp_hidden,
                  cfg.dp_naive ? "naive"
                  : cfg.zero1  ? "ZeRO-1"

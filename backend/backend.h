@@ -25,6 +25,9 @@ void host_to_device(void *dst, const void *src, size_t bytes);
 void device_to_host(void *dst, const void *src, size_t bytes);
 void device_synchronize(void);
 size_t device_memory_used(void); // bytes in use by this process (peak RSS on the CPU)
+// the most bytes device_malloc had handed out at once in this process: the allocator's own count,
+// which the end-of-run memory table is checked against
+size_t device_allocated_peak(void);
 // FLOP/s of this rank's share of its node's devices, for MFU; ranks_on_node share them (a GPU
 // each with nccl; on the CPU, the cores)
 double device_peak_flops(int ranks_on_node);

@@ -10,7 +10,8 @@
 #     (p-1)/(m+p-1) = 3/7, and with m=8 it is smaller;
 #  4. naive data parallelism trains to the very same losses as the bucketed one and hides none of
 #     its all-reduce time (under NAIVE_HIDDEN_MAX_PERCENT);
-#  5. a logging.trace that cannot be written is one line naming the key.
+#  5. a logging.trace that cannot be written is one line naming the key;
+#  6. the report's memory table (from the shapes) is 95-100% of the allocator's own peak.
 # The trace's times and the bubble depend on the machine: 8 ranks on 2 cores share them, which is
 # why the bubble is compared with a tolerance (measured 0.45-0.47 here against 0.429).
 cd "$(dirname "$0")/.." || exit 1
@@ -53,6 +54,12 @@ for m in 4 8; do
         "\"total_train_steps\": 5, \"seq_length\": 128, \"micro_batch_size\": 2, \"gradient_accumulation_steps\": $m"
     train afab_m$m 4
 done
+config dp_zero1 '"dp_size": 2, "zero1": true, "bucket_size_mb": 1' '' \
+    '"total_train_steps": 2, "seq_length": 64, "micro_batch_size": 2, "gradient_accumulation_steps": 2'
+train dp_zero1 2
+config recompute '"pp_size": 2' '' \
+    '"total_train_steps": 2, "seq_length": 64, "micro_batch_size": 2, "gradient_accumulation_steps": 2, "recompute": true'
+train recompute 2
 for mode in naive bucketed; do
     naive=$([ $mode = naive ] && echo true || echo false)
     config dp_$mode "\"dp_size\": 2, \"dp_naive\": $naive, \"bucket_size_mb\": 1" '' \
@@ -63,6 +70,7 @@ done
 python3 - "$dir" "$BUBBLE_TOL" "$NAIVE_HIDDEN_MAX_PERCENT" <<'PY' || failures=$((failures + 1))
 import json, re, sys, xml.etree.ElementTree as ET
 d, bubble_tol, naive_max = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+MEMORY_LOW = 95.0  # the rest: RoPE tables, the ring's buffers, the allocator's rounding
 fails = 0
 def check(ok, what):
     global fails
@@ -141,6 +149,16 @@ b4, line = bubble("afab_m4")
 check(abs(b4 - 3 / 7) <= bubble_tol, f"AFAB p=4 m=4: {line} (tolerance {bubble_tol})")
 b8, line = bubble("afab_m8")
 check(b8 < b4, f"AFAB p=4 m=8: measured {b8:.3f} < {b4:.3f} of m=4 (formula 3/11 = 0.273)")
+
+# memory: the report's table (parameters, gradients, moments, activations, each from the shapes)
+# against what the allocator itself handed out at its peak, on every run above
+for name in ("dp2_pp2", "tp2_cp2", "afab_m4", "afab_m8", "dp_naive", "dp_bucketed", "dp_zero1",
+             "recompute"):
+    line = next(l for l in open(f"{d}/{name}/log") if l.startswith("the allocator's own peak"))
+    low, high = map(float, re.search(r"accounts for ([0-9.]+)% to ([0-9.]+)%", line).groups())
+    check(MEMORY_LOW <= low and high <= 100.0,
+          f"{name}: the memory table is {low}-{high}% of the allocator's peak "
+          f"(at least {MEMORY_LOW}%, at most all of it)")
 
 # 4. naive data parallelism: the same numbers, nothing hidden
 losses = {mode: [json.loads(l)["loss"] for l in open(f"{d}/dp_{mode}/metrics.jsonl")]

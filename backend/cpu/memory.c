@@ -3,6 +3,7 @@
 #define _GNU_SOURCE // sched_getaffinity
 #include "backend/backend.h"
 #include "utils.h"
+#include <malloc.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -10,6 +11,8 @@
 #include <sys/resource.h>
 
 #define ALIGN 64 // one cache line, and a whole AVX-512 vector
+
+static size_t allocated, allocated_peak; // device_malloc's own count, in usable bytes
 
 void backend_init(int local_rank) {
     (void)local_rank;
@@ -30,11 +33,18 @@ void *device_malloc(size_t bytes) {
         FAIL("the model or batch is too large for this machine's memory",
              "out of memory allocating %zu bytes", bytes);
     memset(ptr, 0, padded);
+    allocated += malloc_usable_size(ptr);
+    if (allocated > allocated_peak) allocated_peak = allocated;
     return ptr;
 }
 
 void device_free(void *ptr) {
+    if (ptr) allocated -= malloc_usable_size(ptr);
     free(ptr);
+}
+
+size_t device_allocated_peak(void) {
+    return allocated_peak;
 }
 void device_zero(void *ptr, size_t bytes) {
     memset(ptr, 0, bytes);

@@ -137,12 +137,32 @@ void backend_set_dtype(const char *dtype) {
     compute_bf16 = 1;
 }
 
+// device_malloc's own count: the live allocations and their sizes (a few hundred; freed at the end)
+static struct {
+    void *ptr;
+    size_t bytes;
+} *live;
+static int num_live, live_cap;
+static size_t allocated, allocated_peak;
+
 void *device_malloc(size_t bytes) {
     void *ptr = NULL;
     // never NULL: callers pass NULL to mean "no such output" (matmul_backward)
     cudaCheck(cudaMalloc(&ptr, bytes ? bytes : 1));
     cudaCheck(cudaMemset(ptr, 0, bytes ? bytes : 1));
+    if (num_live == live_cap) {
+        live_cap = live_cap ? 2 * live_cap : 256;
+        live = (decltype(live))realloc(live, live_cap * sizeof *live);
+        if (!live) FAIL("out of host memory", "cannot grow the table of device allocations");
+    }
+    live[num_live++] = {ptr, bytes};
+    allocated += bytes;
+    if (allocated > allocated_peak) allocated_peak = allocated;
     return ptr;
+}
+
+size_t device_allocated_peak(void) {
+    return allocated_peak;
 }
 
 void *device_scratch(DeviceScratch *s, size_t bytes) {
@@ -155,7 +175,14 @@ void *device_scratch(DeviceScratch *s, size_t bytes) {
 }
 
 void device_free(void *ptr) {
-    if (ptr) cudaCheck(cudaFree(ptr));
+    if (!ptr) return;
+    for (int i = 0; i < num_live; i++)
+        if (live[i].ptr == ptr) {
+            allocated -= live[i].bytes;
+            live[i] = live[--num_live];
+            break;
+        }
+    cudaCheck(cudaFree(ptr));
 }
 
 void device_zero(void *ptr, size_t bytes) {
