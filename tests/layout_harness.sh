@@ -84,3 +84,16 @@ check_layout() {
     local base=$1 name=$2; shift 2
     run_layout "$name" "$@" && compare_layout "$base" "$name"
 }
+
+# resume_layout BASE SAVED NAME key=value...: run NAME from SAVED's checkpoint at step 5 (saved
+# with save=5); its losses of steps 1..5 are SAVED's own, and the whole run is compared with BASE
+resume_layout() {
+    local base=$1 saved=$2 name=$3; shift 3
+    local dir=$HARNESS_DIR/$name
+    run_layout "$name" "$@" load="$HARNESS_DIR/$saved/ckpt/5" || return 1
+    [ "$(head -n 1 "$dir/losses" | cut -d' ' -f1)" = 6 ] ||
+        { echo "FAIL $name: did not resume at step 6"; harness_failures=$((harness_failures + 1)); return 1; }
+    { head -n 5 "$HARNESS_DIR/$saved/losses"; cat "$dir/losses"; } >"$dir/losses.all"
+    mv "$dir/losses.all" "$dir/losses"
+    compare_layout "$base" "$name"
+}

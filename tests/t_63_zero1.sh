@@ -29,28 +29,17 @@ echo "clipping at 0.5 changes the losses: $([ "$differ" = 1 ] && echo yes || ech
 check_layout base_clip zero1_dp2_clip dp=2 ga=2 clip=0.5 zero1=true
 check_layout base_clip zero1_dp2_cp2_clip dp=2 cp=2 ga=2 clip=0.5 zero1=true
 
-# resume BASE SAVED NAME key=value...: from SAVED's step 5, compared with BASE, which never stopped
-resume() {
-    local base=$1 saved=$2 name=$3; shift 3
-    local dir=$HARNESS_DIR/$name
-    run_layout "$name" "$@" load="$HARNESS_DIR/$saved/ckpt/5" || return 1
-    [ "$(head -n 1 "$dir/losses" | cut -d' ' -f1)" = 6 ] ||
-        { echo "FAIL $name: did not resume at step 6"; harness_failures=$((harness_failures + 1)); return 1; }
-    { head -n 5 "$HARNESS_DIR/$saved/losses"; cat "$dir/losses"; } >"$dir/losses.all"
-    mv "$dir/losses.all" "$dir/losses"
-    compare_layout "$base" "$name"
-}
 run_layout saved_zero1 dp=2 ga=2 zero1=true save=5
 run_layout saved_plain dp=2 ga=2 save=5
-resume base saved_zero1 resumed_without_zero1 dp=2 ga=2
-resume base saved_plain resumed_with_zero1 dp=2 ga=2 zero1=true
-resume base saved_zero1 resumed_zero1_dp4 dp=4 ga=1 zero1=true
-resume base saved_zero1 resumed_one_rank ga=4
+resume_layout base saved_zero1 resumed_without_zero1 dp=2 ga=2
+resume_layout base saved_plain resumed_with_zero1 dp=2 ga=2 zero1=true
+resume_layout base saved_zero1 resumed_zero1_dp4 dp=4 ga=1 zero1=true
+resume_layout base saved_zero1 resumed_one_rank ga=4
 
 # dp3: 656512 parameters do not divide by 3, so the last bucket is padded (its last piece short)
 run_layout base_12 ga=6
 check_layout base_12 zero1_dp3 dp=3 ga=2 zero1=true save=5
-resume base_12 zero1_dp3 resumed_dp3_one_rank ga=6
+resume_layout base_12 zero1_dp3 resumed_dp3_one_rank ga=6
 
 # report_value RUN SECTION COLUMN: rank 0's number in that column of the end-of-run report's table
 report_value() {
