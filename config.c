@@ -41,6 +41,7 @@ static const Field fields[] = {
     KEY("distributed", "backend", T_STR, backend),
     KEY("distributed", "use_cpu", T_BOOL, use_cpu),
     KEY("distributed", "tp_async", T_BOOL, tp_async),
+    KEY("distributed", "sequence_parallel", T_BOOL, sequence_parallel),
     KEY("distributed", "cp_zigzag", T_BOOL, cp_zigzag),
     KEY("distributed", "bucket_size_mb", T_INT, bucket_size_mb),
     KEY("distributed", "dp_naive", T_BOOL, dp_naive),
@@ -471,6 +472,11 @@ void config_validate(const Config *c) {
               T, 2 * cp);
     CHECK(T % cp == 0, "training.seq_length = %d is not divisible by distributed.cp_size = %d", T,
           cp);
+    if (c->sequence_parallel)
+        CHECK(c->micro_batch_size * (T / cp) % tp == 0,
+              "distributed.sequence_parallel: micro_batch_size * seq_length / cp_size = %d tokens "
+              "do not split over distributed.tp_size = %d; change the batch or sequence length",
+              c->micro_batch_size * (T / cp), tp);
     CHECK(c->num_hidden_layers >= c->pp_size,
           "model.num_hidden_layers = %d < distributed.pp_size = %d: a pipeline stage would "
           "get no layer",

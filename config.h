@@ -9,11 +9,12 @@ typedef struct {
     char pp_engine[16]; // "afab" or "1f1b"
     char backend[16];   // "nccl" or "mpi" ("mpi" on the CPU)
     int use_cpu;
-    int tp_async;       // async column-parallel linear (nanotron's)
-    int cp_zigzag;      // zig-zag chunk order for a balanced causal ring
-    int bucket_size_mb; // data-parallel gradient bucket size (picotron: 25)
-    int dp_naive;       // all-reduce each layer's gradients at once, blocking (picotron_tutorial 5)
-    int zero1;          // ZeRO-1: AdamW's moments sharded over the cp*dp replicas
+    int tp_async;          // async column-parallel linear (nanotron's)
+    int sequence_parallel; // Megatron's: the residual stream split over the tokens on tp ranks
+    int cp_zigzag;         // zig-zag chunk order for a balanced causal ring
+    int bucket_size_mb;    // data-parallel gradient bucket size (picotron: 25)
+    int dp_naive; // all-reduce each layer's gradients at once, blocking (picotron_tutorial 5)
+    int zero1;    // ZeRO-1: AdamW's moments sharded over the cp*dp replicas
     // model
     char model_name[256];
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;

@@ -44,6 +44,8 @@ static Flag flags[] = {
     SET("backend", A_STR, backend, "collectives: nccl (GPU) or mpi"),
     SET("use_cpu", A_SWITCH, use_cpu, "train on the CPU build (its default)"),
     SET("tp_async", A_SWITCH, tp_async, "overlap the column-parallel all-reduce with compute"),
+    SET("sequence_parallel", A_SWITCH, sequence_parallel,
+        "split the residual stream and norms over the tokens on the tp ranks (Megatron's)"),
     SET("cp_zigzag", A_SWITCH, cp_zigzag, "zig-zag sequence chunks to balance the causal ring"),
     SET("bucket_size_mb", A_INT, bucket_size_mb, "data-parallel gradient bucket size in MB"),
     SET("dp_naive", A_SWITCH, dp_naive,

@@ -11,30 +11,6 @@
 #include "trace.h"
 #include "utils.h"
 
-// Registers this rank's shard of the Hugging Face tensor `name` (rows, cols), split over tp as
-// `split` says. Returns its place in `base` (NULL: the sizing pass).
-static float *add_param(Model *model, float *base, const char *name, int rows, int cols,
-                        TensorParallelSplit split, int init_kind) {
-    if (model->num_tensors == MAX_PARAMS) FAIL("raise MAX_PARAMS in model.h", "too many tensors");
-    Shard s = tensor_parallel_shard(split, rows, cols, &model->pgm->tp);
-    ParamInfo *p = &model->table[model->num_tensors++];
-    *p = (ParamInfo){.rows = s.rows,
-                     .cols = s.cols,
-                     .row0 = s.row0,
-                     .col0 = s.col0,
-                     .global_rows = rows,
-                     .global_cols = cols,
-                     .offset = model->num_params,
-                     .init_kind = init_kind,
-                     .replicated_tp = split == REPLICATED};
-    snprintf(p->name, sizeof p->name, "%s", name);
-    // linear layers start uniform(+-1/sqrt(fan_in)) of the whole tensor, as picotron; the
-    // embedding N(0, 1); norms 1
-    p->init_bound = init_kind == UNIFORM ? 1.0f / sqrtf(cols) : 1.0f;
-    model->num_params += (size_t)s.rows * s.cols;
-    return base ? base + p->offset : NULL;
-}
-
 // The tensors of this stage in one table, named and sized as Hugging Face's full model has them.
 // The first stage holds the embedding, the last the final norm and the head (the embedding again
 // when tied). A layer's tensors are contiguous: data parallelism's buckets rely on it.
@@ -48,38 +24,38 @@ void model_layout_params(Model *model, ModelWeights *w, float *base) {
     model->num_tensors = 0;
     model->num_params = 0;
     if (model->stage.has_embedding || (model->stage.has_head && c->tie_word_embeddings))
-        w->embed_tokens = add_param(model, base, "model.embed_tokens.weight", vocab, hidden,
-                                    VOCAB_PARALLEL, NORMAL);
+        w->embed_tokens = model_add_param(model, base, "model.embed_tokens.weight", vocab, hidden,
+                                          VOCAB_PARALLEL, NORMAL);
     for (int l = 0; l < model->L; l++) {
         AttentionWeights *a = &w->layers[l].self_attn;
         MlpWeights *m = &w->layers[l].mlp;
 #define NAME(suffix)                                                                               \
     (snprintf(n, sizeof n, "model.layers.%d.%s", model->stage.layer0 + l, suffix), n)
-        a->input_layernorm =
-            add_param(model, base, NAME("input_layernorm.weight"), 1, hidden, REPLICATED, CONSTANT);
-        a->q_proj = add_param(model, base, NAME("self_attn.q_proj.weight"), q_features, hidden,
-                              COLUMN_PARALLEL, UNIFORM);
-        a->k_proj = add_param(model, base, NAME("self_attn.k_proj.weight"), kv_features, hidden,
-                              COLUMN_PARALLEL, UNIFORM);
-        a->v_proj = add_param(model, base, NAME("self_attn.v_proj.weight"), kv_features, hidden,
-                              COLUMN_PARALLEL, UNIFORM);
-        a->o_proj = add_param(model, base, NAME("self_attn.o_proj.weight"), hidden, q_features,
-                              ROW_PARALLEL, UNIFORM);
-        m->post_attention_layernorm = add_param(
+        a->input_layernorm = model_add_param(model, base, NAME("input_layernorm.weight"), 1, hidden,
+                                             REPLICATED, CONSTANT);
+        a->q_proj = model_add_param(model, base, NAME("self_attn.q_proj.weight"), q_features,
+                                    hidden, COLUMN_PARALLEL, UNIFORM);
+        a->k_proj = model_add_param(model, base, NAME("self_attn.k_proj.weight"), kv_features,
+                                    hidden, COLUMN_PARALLEL, UNIFORM);
+        a->v_proj = model_add_param(model, base, NAME("self_attn.v_proj.weight"), kv_features,
+                                    hidden, COLUMN_PARALLEL, UNIFORM);
+        a->o_proj = model_add_param(model, base, NAME("self_attn.o_proj.weight"), hidden,
+                                    q_features, ROW_PARALLEL, UNIFORM);
+        m->post_attention_layernorm = model_add_param(
             model, base, NAME("post_attention_layernorm.weight"), 1, hidden, REPLICATED, CONSTANT);
-        m->gate_proj = add_param(model, base, NAME("mlp.gate_proj.weight"), features, hidden,
-                                 COLUMN_PARALLEL, UNIFORM);
-        m->up_proj = add_param(model, base, NAME("mlp.up_proj.weight"), features, hidden,
-                               COLUMN_PARALLEL, UNIFORM);
-        m->down_proj = add_param(model, base, NAME("mlp.down_proj.weight"), hidden, features,
-                                 ROW_PARALLEL, UNIFORM);
+        m->gate_proj = model_add_param(model, base, NAME("mlp.gate_proj.weight"), features, hidden,
+                                       COLUMN_PARALLEL, UNIFORM);
+        m->up_proj = model_add_param(model, base, NAME("mlp.up_proj.weight"), features, hidden,
+                                     COLUMN_PARALLEL, UNIFORM);
+        m->down_proj = model_add_param(model, base, NAME("mlp.down_proj.weight"), hidden, features,
+                                       ROW_PARALLEL, UNIFORM);
 #undef NAME
     }
     if (!model->stage.has_head) return;
-    w->norm = add_param(model, base, "model.norm.weight", 1, hidden, REPLICATED, CONSTANT);
+    w->norm = model_add_param(model, base, "model.norm.weight", 1, hidden, REPLICATED, CONSTANT);
     w->lm_head = c->tie_word_embeddings ? w->embed_tokens
-                                        : add_param(model, base, "lm_head.weight", vocab, hidden,
-                                                    VOCAB_PARALLEL, UNIFORM);
+                                        : model_add_param(model, base, "lm_head.weight", vocab,
+                                                          hidden, VOCAB_PARALLEL, UNIFORM);
 }
 
 void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const ModelShard *shard,
@@ -98,6 +74,7 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
     model->V = shard->tp.V;
     model->vocab_start = shard->tp.vocab_start;
     model->L = shard->stage.num_layers;
+    model->Ns = model->B * model->T / (cfg->sequence_parallel ? pgm->tp_size : 1);
     int layers = model->L ? model->L : 1;
     model->w.layers = xmalloc(layers * sizeof(LayerWeights));
     model->dw.layers = xmalloc(layers * sizeof(LayerWeights));
@@ -123,29 +100,31 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
 static void attention_forward(Model *model, float *mid, const AttentionActivations *s,
                               const float *x, const AttentionWeights *w) {
     int B = model->B, T = model->T, N = B * T, C = model->C, H = model->H, KV = model->KV;
-    int D = model->D;
-    rmsnorm_forward(s->ln1, s->rstd1, x, w->input_layernorm, N, C, model->cfg.rms_norm_eps);
-    column_parallel_linear_forward(s->q, s->ln1, w->q_proj, N, C, H * D);
-    column_parallel_linear_forward(s->k, s->ln1, w->k_proj, N, C, KV * D);
-    column_parallel_linear_forward(s->v, s->ln1, w->v_proj, N, C, KV * D);
+    int D = model->D, Ns = model->Ns;
+    rmsnorm_forward(s->ln1, s->rstd1, x, w->input_layernorm, Ns, C, model->cfg.rms_norm_eps);
+    const float *ln1 = gather_from_sequence_parallel_region(&model->sp, s->ln1); // (N, C)
+    column_parallel_linear_forward(s->q, ln1, w->q_proj, N, C, H * D);
+    column_parallel_linear_forward(s->k, ln1, w->k_proj, N, C, KV * D);
+    column_parallel_linear_forward(s->v, ln1, w->v_proj, N, C, KV * D);
     rope_forward(s->q, model->rope_cos, model->rope_sin, B, T, H, D);
     rope_forward(s->k, model->rope_cos, model->rope_sin, B, T, KV, D);
     ring_attention_forward(s->att, s->lse, s->q, s->k, &model->ring);
-    row_parallel_linear_forward(mid, s->att, w->o_proj, N, H * D, C, &model->pgm->tp);
-    add_inplace(mid, x, (size_t)N * C);
+    row_parallel_linear_forward(mid, s->att, w->o_proj, N, H * D, C, &model->pgm->tp, &model->sp);
+    add_inplace(mid, x, (size_t)Ns * C);
 }
 
 // out = mid + down_proj(silu(gate_proj(ln2)) * up_proj(ln2)), ln2 = rmsnorm(mid)
 static void mlp_forward(Model *model, float *out, const MlpActivations *s, const float *mid,
                         const MlpWeights *w) {
-    int N = model->B * model->T, C = model->C, I = model->I;
-    rmsnorm_forward(s->ln2, s->rstd2, mid, w->post_attention_layernorm, N, C,
+    int N = model->B * model->T, C = model->C, I = model->I, Ns = model->Ns;
+    rmsnorm_forward(s->ln2, s->rstd2, mid, w->post_attention_layernorm, Ns, C,
                     model->cfg.rms_norm_eps);
-    column_parallel_linear_forward(s->gate, s->ln2, w->gate_proj, N, C, I);
-    column_parallel_linear_forward(s->up, s->ln2, w->up_proj, N, C, I);
+    const float *ln2 = gather_from_sequence_parallel_region(&model->sp, s->ln2); // (N, C)
+    column_parallel_linear_forward(s->gate, ln2, w->gate_proj, N, C, I);
+    column_parallel_linear_forward(s->up, ln2, w->up_proj, N, C, I);
     swiglu_forward(s->act, s->gate, s->up, (size_t)N * I);
-    row_parallel_linear_forward(out, s->act, w->down_proj, N, I, C, &model->pgm->tp);
-    add_inplace(out, mid, (size_t)N * C);
+    row_parallel_linear_forward(out, s->act, w->down_proj, N, I, C, &model->pgm->tp, &model->sp);
+    add_inplace(out, mid, (size_t)Ns * C);
 }
 
 // dresid holds d(out) on entry and d(mid) on return: the residual stream's gradient passes
@@ -154,9 +133,11 @@ static void mlp_backward(Model *model, float *dresid, const MlpWeights *dw, cons
                          const float *mid, const MlpWeights *w) {
     int N = model->B * model->T, C = model->C, I = model->I;
     const MlpActivations *d = &model->d.mlp;
+    SequenceParallel *sp = &model->sp;
     // forward: out = mid + down_proj(act)
+    const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
     device_zero(d->act, (size_t)N * I * sizeof(float));
-    row_parallel_linear_backward(d->act, dw->down_proj, dresid, s->act, w->down_proj, N, I, C);
+    row_parallel_linear_backward(d->act, dw->down_proj, dout, s->act, w->down_proj, N, I, C);
     // forward: act = silu(gate) * up
     device_zero(d->gate, 2 * (size_t)N * I * sizeof(float)); // dgate then dup
     swiglu_backward(d->gate, d->up, d->act, s->gate, s->up, (size_t)N * I);
@@ -164,11 +145,12 @@ static void mlp_backward(Model *model, float *dresid, const MlpWeights *dw, cons
     ColumnParallelGrad in[2] = {{dw->gate_proj, w->gate_proj, d->gate, I},
                                 {dw->up_proj, w->up_proj, d->up, I}};
     device_zero(d->ln2, (size_t)N * C * sizeof(float));
-    column_parallel_linear_backward(d->ln2, in, 2, s->ln2, N, C, &model->pgm->tp,
-                                    model->cfg.tp_async);
-    // forward: ln2 = rmsnorm(mid)
-    rmsnorm_backward(dresid, dw->post_attention_layernorm, d->ln2, mid, w->post_attention_layernorm,
-                     s->rstd2, N, C);
+    const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2);
+    column_parallel_linear_backward(d->ln2, in, 2, ln2, N, C, sp->tp, model->cfg.tp_async, sp);
+    // forward: ln2 = rmsnorm(mid), on this rank's rows
+    float *dnorm = sequence_parallel_norm_grad(sp, dw->post_attention_layernorm, 1);
+    rmsnorm_backward(dresid, dnorm, sequence_parallel_own_rows(sp, d->ln2), mid,
+                     w->post_attention_layernorm, s->rstd2, model->Ns, C);
 }
 
 // dresid holds d(mid) on entry and d(x) on return, as mlp_backward
@@ -179,9 +161,11 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
     int D = model->D;
     size_t NKVD = (size_t)N * KV * D;
     const AttentionActivations *d = &model->d.self_attn;
+    SequenceParallel *sp = &model->sp;
     // forward: mid = x + o_proj(att)
+    const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
     device_zero(d->att, (size_t)N * H * D * sizeof(float));
-    row_parallel_linear_backward(d->att, dw->o_proj, dresid, s->att, w->o_proj, N, H * D, C);
+    row_parallel_linear_backward(d->att, dw->o_proj, dout, s->att, w->o_proj, N, H * D, C);
     // forward: att = ring_attention(q, k, v)
     device_zero(d->q, (size_t)N * H * D * sizeof(float));
     device_zero(d->k, 2 * NKVD * sizeof(float)); // dk then dv
@@ -194,10 +178,12 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
                                 {dw->k_proj, w->k_proj, d->k, KV * D},
                                 {dw->v_proj, w->v_proj, d->v, KV * D}};
     device_zero(d->ln1, (size_t)N * C * sizeof(float));
-    column_parallel_linear_backward(d->ln1, in, 3, s->ln1, N, C, &model->pgm->tp,
-                                    model->cfg.tp_async);
-    // forward: ln1 = rmsnorm(x)
-    rmsnorm_backward(dresid, dw->input_layernorm, d->ln1, x, w->input_layernorm, s->rstd1, N, C);
+    const float *ln1 = gather_from_sequence_parallel_region(sp, s->ln1);
+    column_parallel_linear_backward(d->ln1, in, 3, ln1, N, C, sp->tp, model->cfg.tp_async, sp);
+    // forward: ln1 = rmsnorm(x), on this rank's rows
+    float *dnorm = sequence_parallel_norm_grad(sp, dw->input_layernorm, 0);
+    rmsnorm_backward(dresid, dnorm, sequence_parallel_own_rows(sp, d->ln1), x, w->input_layernorm,
+                     s->rstd1, model->Ns, C);
 }
 
 // Decoder layer l of slot a, from its input resid[l] to out. What it saves goes to a->layers[l]:
@@ -205,30 +191,31 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
 static void layer_forward(Model *model, float *out, const Activations *a, int l) {
     const LayerWeights *w = &model->w.layers[l];
     const LayerActivations *s = &a->layers[l];
-    const float *x = a->resid + (size_t)l * model->B * model->T * model->C;
+    const float *x = a->resid + (size_t)l * model->Ns * model->C;
     attention_forward(model, s->mid, &s->self_attn, x, &w->self_attn);
     mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
 }
 
 float model_forward(Model *model, int slot, float loss_scale) {
     Activations *a = &model->slots[slot];
-    int N = model->B * model->T, C = model->C, V = model->V;
-    size_t NC = (size_t)N * C;
+    int N = model->B * model->T, C = model->C, V = model->V, Ns = model->Ns;
+    size_t NsC = (size_t)Ns * C;
     Group *tp = &model->pgm->tp;
     if (++model->slots_in_use > model->peak_slots_in_use)
         model->peak_slots_in_use = model->slots_in_use;
     if (model->stage.has_embedding)
         vocab_parallel_embedding_forward(a->resid, a->tokens, model->w.embed_tokens, N, C,
-                                         model->vocab_start, V, tp);
+                                         model->vocab_start, V, tp, &model->sp);
     for (int l = 0; l < model->L; l++) {
         double start = trace_begin();
-        layer_forward(model, a->resid + (l + 1) * NC, a, l);
+        layer_forward(model, a->resid + (l + 1) * NsC, a, l);
         trace_end(EV_LAYER_FORWARD, -1, model->stage.layer0 + l, start);
     }
     if (!model->stage.has_head) return 0.0f;
-    rmsnorm_forward(a->lnf, a->rstdf, model_stage_output(model, slot), model->w.norm, N, C,
+    rmsnorm_forward(a->lnf, a->rstdf, model_stage_output(model, slot), model->w.norm, Ns, C,
                     model->cfg.rms_norm_eps);
-    column_parallel_linear_forward(model->logits, a->lnf, model->w.lm_head, N, C, V);
+    const float *lnf = gather_from_sequence_parallel_region(&model->sp, a->lnf); // (N, C)
+    column_parallel_linear_forward(model->logits, lnf, model->w.lm_head, N, C, V);
     // the loss's gradient is known now, so a slot keeps dlogits instead of the logits
     device_zero(a->dlogits, (size_t)N * V * sizeof(float));
     a->loss = vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,
@@ -246,26 +233,29 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
     Activations *a = &model->slots[slot];
     const ModelWeights *w = &model->w, *dw = &model->dw;
     int N = model->B * model->T, C = model->C, V = model->V;
-    size_t NC = (size_t)N * C;
+    size_t NsC = (size_t)model->Ns * C;
+    SequenceParallel *sp = &model->sp;
     // the residual stream's gradient, carried from the stage output down to its input
     float *dresid = input_grad ? input_grad : model->dresid;
     if (model->stage.has_head) {
-        device_zero(dresid, NC * sizeof(float));
+        device_zero(dresid, NsC * sizeof(float));
         // forward: logits = lnf @ lm_head^T (column-parallel over the vocabulary)
         ColumnParallelGrad head = {dw->lm_head, w->lm_head, a->dlogits, V};
-        float *dlnf = model->d.mlp.ln2; // free until the last layer's backward
-        device_zero(dlnf, NC * sizeof(float));
-        column_parallel_linear_backward(dlnf, &head, 1, a->lnf, N, C, &model->pgm->tp,
-                                        model->cfg.tp_async);
-        // forward: lnf = rmsnorm(resid[L])
-        rmsnorm_backward(dresid, dw->norm, dlnf, model_stage_output(model, slot), w->norm, a->rstdf,
-                         N, C);
+        float *dlnf = model->d.mlp.ln2; // (N, C), free until the last layer's backward
+        device_zero(dlnf, (size_t)N * C * sizeof(float));
+        const float *lnf = gather_from_sequence_parallel_region(sp, a->lnf);
+        column_parallel_linear_backward(dlnf, &head, 1, lnf, N, C, sp->tp, model->cfg.tp_async, sp);
+        // forward: lnf = rmsnorm(resid[L]), on this rank's rows
+        rmsnorm_backward(dresid, sequence_parallel_norm_grad(sp, dw->norm, 0),
+                         sequence_parallel_own_rows(sp, dlnf), model_stage_output(model, slot),
+                         w->norm, a->rstdf, model->Ns, C);
+        sequence_parallel_sum_norm_grads(sp, dw->norm, NULL);
         // the final norm and an untied head are the last tensors of model_layout_params
         grads_ready(model, dw->norm, model->grads + model->num_params);
         if (model->cfg.tie_word_embeddings && !model->stage.has_embedding)
             grads_ready(model, dw->embed_tokens, dw->embed_tokens + (size_t)V * C);
     } else {
-        device_copy(dresid, output_grad, NC * sizeof(float));
+        device_copy(dresid, output_grad, NsC * sizeof(float));
     }
     for (int l = model->L - 1; l >= 0; l--) {
         const LayerWeights *wl = &w->layers[l], *dwl = &dw->layers[l];
@@ -275,15 +265,18 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         // again to refill what its backward reads; its output, already in resid[l+1], is dropped
         if (model->cfg.recompute) layer_forward(model, model->recompute_output, a, l);
         mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
-        attention_backward(model, dresid, &dwl->self_attn, &s->self_attn, a->resid + l * NC,
+        attention_backward(model, dresid, &dwl->self_attn, &s->self_attn, a->resid + l * NsC,
                            &wl->self_attn);
+        sequence_parallel_sum_norm_grads(sp, dwl->self_attn.input_layernorm,
+                                         dwl->mlp.post_attention_layernorm);
         trace_end(EV_LAYER_BACKWARD, -1, model->stage.layer0 + l, start);
         grads_ready(model, dwl->self_attn.input_layernorm,
                     dwl->mlp.down_proj + (size_t)C * model->I);
     }
     if (model->stage.has_embedding) {
         // forward: resid[0] = embedding(tokens)
-        vocab_parallel_embedding_backward(dw->embed_tokens, dresid, a->tokens, N, C,
+        const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
+        vocab_parallel_embedding_backward(dw->embed_tokens, dout, a->tokens, N, C,
                                           model->vocab_start, V);
         grads_ready(model, dw->embed_tokens, dw->embed_tokens + (size_t)V * C);
     }

@@ -4,7 +4,8 @@
 // positions of the sequence; train.c hands their answers to model_init.
 // Size letters: B batch, T tokens this rank holds (seq/cp), C hidden, D head dim, H and KV this tp
 // rank's query and kv heads, I its intermediate features, V its vocabulary rows, L this stage's
-// layers, N = B*T. Functions take outputs first, then inputs, then sizes.
+// layers, N = B*T; Ns the rows of the residual stream this rank holds (N, or N/tp under sequence
+// parallelism). Functions take outputs first, then inputs, then sizes.
 #pragma once
 #include <stddef.h>
 #include "config.h"
@@ -64,26 +65,26 @@ typedef struct {
 // What one decoder layer saves for its backward, each tensor (N, width); the gradients the
 // backward computes have the same names and shapes. model_memory.c lays both out from one table.
 typedef struct {
-    float *ln1, *rstd1; // (N, C), (N): input_layernorm's output and 1/rms
+    float *ln1, *rstd1; // (Ns, C), (Ns): input_layernorm's output and 1/rms
     float *q, *k, *v;   // (N, H*D), (N, KV*D) x2: k then v, one block as the context ring sends it
     float *att, *lse;   // (N, H*D), (B, H, T): attention's output and log-sum-exp
 } AttentionActivations;
 typedef struct {
-    float *ln2, *rstd2;     // (N, C), (N): post_attention_layernorm's output and 1/rms
+    float *ln2, *rstd2;     // (Ns, C), (Ns): post_attention_layernorm's output and 1/rms
     float *gate, *up, *act; // (N, I): act = silu(gate) * up
 } MlpActivations;
 typedef struct {
     AttentionActivations self_attn;
-    float *mid; // (N, C): the residual stream between attention and MLP
+    float *mid; // (Ns, C): the residual stream between attention and MLP
     MlpActivations mlp;
 } LayerActivations;
 
 // one micro-batch in flight (one slot each)
 typedef struct {
     int *tokens, *targets;    // (N) on the device
-    float *resid;             // (L+1, N, C): input of each layer, then the stage output
+    float *resid;             // (L+1, Ns, C): input of each layer, then the stage output
     LayerActivations *layers; // (L): pointers into `memory`; recomputing, all into the shared layer
-    float *lnf, *rstdf;       // (N, C), (N): final norm (last stage)
+    float *lnf, *rstdf;       // (Ns, C), (Ns): final norm (last stage)
     float *dlogits;           // (N, V): gradient of the loss, computed with the forward
     float loss;               // mean over this rank's tokens of the micro-batch
     float *memory;            // the slot's one device allocation
@@ -94,6 +95,7 @@ typedef struct Model {
     ProcessGroupManager *pgm;
     PipelineStage stage;
     int B, T, C, D, H, KV, I, V, L; // this rank's sizes, read from the shard once, in model_init
+    int Ns;                         // rows of the residual stream held: N, or N/tp (sequence par.)
     int vocab_start;                // first vocabulary row of this tp rank
     // flat buffers (device) and the table that names their ranges
     ParamInfo table[MAX_PARAMS];
@@ -106,11 +108,12 @@ typedef struct Model {
     Activations *slots; // (num_slots)
     int num_slots, slots_in_use, peak_slots_in_use;
     // the backward's buffers, shared by all slots: one micro-batch runs at a time
-    LayerActivations d; // one layer's gradients, pointers into d_memory
+    LayerActivations d; // one layer's gradients (all N rows), pointers into d_memory
     float *d_memory;
-    float *dresid; // (N, C): the residual stream's gradient when the caller wants none back
+    float *dresid;       // (Ns, C): the residual stream's gradient when the caller wants none back
+    SequenceParallel sp; // its buffers (tensor_parallel.h); NULL when it is off
     // full recomputation (training.recompute): the one layer's saved tensors that every slot's
-    // layers point at, refilled before each layer's backward, and that layer's output (N, C),
+    // layers point at, refilled before each layer's backward, and that layer's output (Ns, C),
     // which nothing reads (the slot's resid already holds it)
     float *recompute_memory, *recompute_output;
     float *logits; // (N, V)
@@ -136,6 +139,10 @@ int param_table_find(const ParamInfo *table, int n, const char *name);   // its 
 // The whole model's tensors (every layer, none split), in layout order: what a checkpoint holds.
 // Fills table (MAX_PARAMS) and returns how many.
 int model_full_table(ParamInfo *table, const Config *cfg);
+// Registers this rank's shard of the Hugging Face tensor `name` (rows, cols), split over tp as
+// `split` says, in model->table. Returns its place in `base` (NULL: the sizing pass).
+float *model_add_param(Model *model, float *base, const char *name, int rows, int cols,
+                       TensorParallelSplit split, int init_kind);
 // model.c: this stage's parameter table, and w's pointers into base (NULL: only the sizes)
 void model_layout_params(Model *model, ModelWeights *w, float *base);
 // 1 for the one copy of p's elements that counts in this model replica: norms are the same on
@@ -149,9 +156,9 @@ void model_set_batch(Model *model, int slot, const int *tokens, const int *targe
 // loss_scale (1 / (tokens of this rank's micro-batch * grad_acc)).
 float model_forward(Model *model, int slot, float loss_scale);
 // The stage's backward, picotron's output_tensor_grad in and input_tensor_grad out:
-// output_grad (N, C) is the gradient of the stage output (NULL on the last stage: the loss gives
-// it); input_grad (N, C) receives the gradient of the stage input (NULL: not wanted, as on the
+// output_grad (Ns, C) is the gradient of the stage output (NULL on the last stage: the loss gives
+// it); input_grad (Ns, C) receives the gradient of the stage input (NULL: not wanted, as on the
 // first stage, whose input is the tokens).
 void model_backward(Model *model, float *input_grad, const float *output_grad, int slot);
-float *model_stage_input(Model *model, int slot);  // (N, C) resid[0]
-float *model_stage_output(Model *model, int slot); // (N, C) resid[L]
+float *model_stage_input(Model *model, int slot);  // (Ns, C) resid[0]
+float *model_stage_output(Model *model, int slot); // (Ns, C) resid[L]

@@ -28,63 +28,78 @@
 typedef struct {
     size_t field; // offsetof(LayerActivations, ...)
     size_t width; // floats per token
+    int residual; // 1: held for the residual stream's rows only (Ns of the N under sequence
+                  // parallelism: the norms and the residual adds); 0: for all N tokens
 } SavedTensor;
 
-// floats one layer saves; with `base`, also points s's fields at consecutive ranges of it
-static size_t layer_activations_layout(LayerActivations *s, float *base, const Model *m) {
+// floats one layer saves, `rows` of each residual-stream tensor; with `base`, also points s's
+// fields at consecutive ranges of it
+static size_t layer_activations_layout(LayerActivations *s, float *base, const Model *m,
+                                       size_t rows) {
     size_t C = m->C, HD = (size_t)m->H * m->D, KVD = (size_t)m->KV * m->D, I = m->I;
-#define ROW(f, w)                                                                                  \
-    { offsetof(LayerActivations, f), (w) }
+#define ROW(f, w, residual)                                                                        \
+    { offsetof(LayerActivations, f), (w), (residual) }
     const SavedTensor table[] = {
-        ROW(self_attn.ln1, C),  ROW(self_attn.rstd1, 1),  ROW(self_attn.q, HD),
-        ROW(self_attn.k, KVD),  ROW(self_attn.v, KVD), // v right after k: one block for the ring
-        ROW(self_attn.att, HD), ROW(self_attn.lse, m->H), ROW(mid, C),
-        ROW(mlp.ln2, C),        ROW(mlp.rstd2, 1),        ROW(mlp.gate, I),
-        ROW(mlp.up, I), // up right after gate: zeroed with it
-        ROW(mlp.act, I)};
+        ROW(self_attn.ln1, C, 1),  ROW(self_attn.rstd1, 1, 1),  ROW(self_attn.q, HD, 0),
+        ROW(self_attn.k, KVD, 0),  ROW(self_attn.v, KVD, 0), // v after k: one block for the ring
+        ROW(self_attn.att, HD, 0), ROW(self_attn.lse, m->H, 0), ROW(mid, C, 1),
+        ROW(mlp.ln2, C, 1),        ROW(mlp.rstd2, 1, 1),        ROW(mlp.gate, I, 0),
+        ROW(mlp.up, I, 0), // up right after gate: zeroed with it
+        ROW(mlp.act, I, 0)};
 #undef ROW
     size_t N = (size_t)m->B * m->T, used = 0;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (base) *(float **)((char *)s + table[i].field) = base + used;
-        used += N * table[i].width;
+        used += (table[i].residual ? rows : N) * table[i].width;
     }
     return used;
 }
 
-// A slot is one allocation: resid (L+1, N, C), then each layer's saved tensors (none when they
-// are recomputed), then the last stage's final norm and dlogits.
-static size_t slot_floats(const Model *model) {
-    size_t N = (size_t)model->B * model->T, L = model->L, C = model->C;
-    size_t head = model->stage.has_head ? N * C + N + N * model->V : 0;
-    size_t layers = model->cfg.recompute ? 0 : L * layer_activations_layout(NULL, NULL, model);
-    return (L + 1) * N * C + layers + head;
+// the floats of one layer's saved tensors in a slot: Ns rows of the residual stream's
+static size_t saved_floats(const Model *model) {
+    return layer_activations_layout(NULL, NULL, model, model->Ns);
 }
 
-// under recomputation: the one shared layer's saved tensors, then its output (N, C)
+// A slot is one allocation: resid (L+1, Ns, C), then each layer's saved tensors (none when they
+// are recomputed), then the last stage's final norm and dlogits.
+static size_t slot_floats(const Model *model) {
+    size_t N = (size_t)model->B * model->T, Ns = model->Ns, L = model->L, C = model->C;
+    size_t head = model->stage.has_head ? Ns * C + Ns + N * model->V : 0;
+    size_t layers = model->cfg.recompute ? 0 : L * saved_floats(model);
+    return (L + 1) * Ns * C + layers + head;
+}
+
+// under recomputation: the one shared layer's saved tensors, then its output (Ns, C)
 static size_t recompute_floats(const Model *model) {
     if (!model->cfg.recompute) return 0;
-    return layer_activations_layout(NULL, NULL, model) + (size_t)model->B * model->T * model->C;
+    return saved_floats(model) + (size_t)model->Ns * model->C;
+}
+
+// sequence parallelism's buffers: sp.full (N, C) and sp.norm_grads (2C)
+static size_t sequence_parallel_floats(const Model *model) {
+    if (!model->cfg.sequence_parallel) return 0;
+    return (size_t)model->B * model->T * model->C + 2 * (size_t)model->C;
 }
 
 static void alloc_activations(Model *model, Activations *a) {
-    size_t N = (size_t)model->B * model->T, L = model->L, C = model->C;
+    size_t N = (size_t)model->B * model->T, Ns = model->Ns, L = model->L, C = model->C;
     a->memory = device_malloc(slot_floats(model) * sizeof(float));
     a->tokens = device_malloc(N * sizeof(int));
     a->targets = device_malloc(N * sizeof(int));
     a->layers = xmalloc((L ? L : 1) * sizeof(LayerActivations));
     float *p = a->memory;
     a->resid = p;
-    p += (L + 1) * N * C;
+    p += (L + 1) * Ns * C;
     for (size_t l = 0; l < L; l++) {
         if (model->cfg.recompute) // every layer saves into the one shared layer
-            layer_activations_layout(&a->layers[l], model->recompute_memory, model);
+            layer_activations_layout(&a->layers[l], model->recompute_memory, model, Ns);
         else
-            p += layer_activations_layout(&a->layers[l], p, model);
+            p += layer_activations_layout(&a->layers[l], p, model, Ns);
     }
     if (model->stage.has_head) {
         a->lnf = p;
-        a->rstdf = p + N * C;
-        a->dlogits = p + N * C + N;
+        a->rstdf = p + Ns * C;
+        a->dlogits = p + Ns * C + Ns;
     }
 }
 
@@ -114,18 +129,23 @@ void model_alloc_buffers(Model *model, int num_slots) {
                         model->KV, model->D, model->cfg.cp_zigzag);
     if (model->cfg.recompute) {
         model->recompute_memory = device_malloc(recompute_floats(model) * sizeof(float));
-        model->recompute_output =
-            model->recompute_memory + layer_activations_layout(NULL, NULL, model);
+        model->recompute_output = model->recompute_memory + saved_floats(model);
+    }
+    size_t N = (size_t)model->B * model->T;
+    model->sp = (SequenceParallel){.N = (int)N, .C = model->C, .tp = &model->pgm->tp};
+    if (model->cfg.sequence_parallel) {
+        model->sp.full = device_malloc(sequence_parallel_floats(model) * sizeof(float));
+        model->sp.norm_grads = model->sp.full + N * model->C;
     }
     model->num_slots = num_slots;
     model->slots = xmalloc(num_slots * sizeof(Activations));
     for (int s = 0; s < num_slots; s++) alloc_activations(model, &model->slots[s]);
 
-    // the backward's gradients: one layer's worth, laid out as a layer's saved tensors
-    size_t N = (size_t)model->B * model->T;
-    model->d_memory = device_malloc(layer_activations_layout(NULL, NULL, model) * sizeof(float));
-    layer_activations_layout(&model->d, model->d_memory, model);
-    model->dresid = device_malloc(N * model->C * sizeof(float));
+    // the backward's gradients: one layer's worth, laid out as a layer's saved tensors but for
+    // all N rows (under sequence parallelism the column-parallel backward reduce-scatters in them)
+    model->d_memory = device_malloc(layer_activations_layout(NULL, NULL, model, N) * sizeof(float));
+    layer_activations_layout(&model->d, model->d_memory, model, N);
+    model->dresid = device_malloc((size_t)model->Ns * model->C * sizeof(float));
     if (model->stage.has_head) {
         model->logits = device_malloc(N * model->V * sizeof(float));
         VocabParallelLossBuffers *lb = &model->loss_buffers;
@@ -140,9 +160,10 @@ void model_alloc_buffers(Model *model, int num_slots) {
 // what model_alloc_buffers allocates for `slots` micro-batches in flight: their slots (with their
 // tokens and targets) and the buffers every slot shares: the backward's, and recomputation's
 size_t model_activation_bytes(const Model *model, int slots) {
-    size_t N = (size_t)model->B * model->T, backward = layer_activations_layout(NULL, NULL, model);
-    backward += N * model->C + (model->stage.has_head ? N * model->V + 4 * N + 1 : 0);
-    size_t shared = backward + recompute_floats(model) + 1;
+    size_t N = (size_t)model->B * model->T;
+    size_t backward = layer_activations_layout(NULL, NULL, model, N) + (size_t)model->Ns * model->C;
+    backward += model->stage.has_head ? N * model->V + 4 * N + 1 : 0;
+    size_t shared = backward + recompute_floats(model) + sequence_parallel_floats(model) + 1;
     return (slots * (slot_floats(model) + 2 * N) + shared) * sizeof(float);
 }
 
@@ -160,6 +181,7 @@ void model_free(Model *model) {
                         model->rope_sin,
                         model->d_memory,
                         model->recompute_memory,
+                        model->sp.full,
                         model->dresid,
                         model->logits,
                         model->loss_buffers.maxes,
@@ -186,7 +208,29 @@ float *model_stage_input(Model *model, int slot) {
 }
 
 float *model_stage_output(Model *model, int slot) {
-    return model->slots[slot].resid + (size_t)model->L * model->B * model->T * model->C;
+    return model->slots[slot].resid + (size_t)model->L * model->Ns * model->C;
+}
+
+float *model_add_param(Model *model, float *base, const char *name, int rows, int cols,
+                       TensorParallelSplit split, int init_kind) {
+    if (model->num_tensors == MAX_PARAMS) FAIL("raise MAX_PARAMS in model.h", "too many tensors");
+    Shard s = tensor_parallel_shard(split, rows, cols, &model->pgm->tp);
+    ParamInfo *p = &model->table[model->num_tensors++];
+    *p = (ParamInfo){.rows = s.rows,
+                     .cols = s.cols,
+                     .row0 = s.row0,
+                     .col0 = s.col0,
+                     .global_rows = rows,
+                     .global_cols = cols,
+                     .offset = model->num_params,
+                     .init_kind = init_kind,
+                     .replicated_tp = split == REPLICATED};
+    snprintf(p->name, sizeof p->name, "%s", name);
+    // linear layers start uniform(+-1/sqrt(fan_in)) of the whole tensor, as picotron; the
+    // embedding N(0, 1); norms 1
+    p->init_bound = init_kind == UNIFORM ? 1.0f / sqrtf(cols) : 1.0f;
+    model->num_params += (size_t)s.rows * s.cols;
+    return base ? base + p->offset : NULL;
 }
 
 int model_param_counts_once(const Model *model, const ParamInfo *p) {

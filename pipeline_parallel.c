@@ -41,7 +41,7 @@ void pipeline_parallel_init(PipelineParallel *pipe, Model *model, DataParallel *
                             MicroBatchDataLoader *loader, ProcessGroupManager *pgm) {
     *pipe = (PipelineParallel){.model = model, .dp = dp, .loader = loader, .pgm = pgm};
     if (pgm->pp_size == 1) return; // one stage: nothing travels, train.c's train_step runs it
-    size_t bytes = (size_t)model->B * model->T * model->C * sizeof(float);
+    size_t bytes = (size_t)model->Ns * model->C * sizeof(float);
     pipe->input_tensor_grad = device_malloc(bytes);
     pipe->output_tensor_grad = device_malloc(bytes);
     pipe->buffer_bytes = 2 * bytes;
@@ -53,7 +53,7 @@ void pipeline_parallel_free(PipelineParallel *pipe) {
 }
 
 static size_t activation_size(const PipelineParallel *pipe) {
-    return (size_t)pipe->model->B * pipe->model->T * pipe->model->C;
+    return (size_t)pipe->model->Ns * pipe->model->C; // (Ns, C): a stage input or output
 }
 
 // picotron's pipeline_communicate: the four directions and the two combined exchanges. The first

@@ -16,6 +16,14 @@
 // target logit together), so no rank ever holds (tokens x vocab) logits. Every rank then holds
 // the same output, which is why RMSNorm weights stay replicated and identical.
 //
+// Sequence parallelism (Megatron-LM, Korthikanti et al. 2022, "Reducing Activation Recomputation
+// in Large Transformer Models"): between those regions every rank would hold the same (N, C)
+// residual stream and run the same norms on it. Split over the tokens instead, each rank keeps
+// N/tp rows of it; the forward's all-reduce becomes a reduce-scatter (each rank sums only its
+// rows) and the column-parallel linears' input is all-gathered first; the backward swaps the two.
+// The bytes moved are the same (an all-reduce is a reduce-scatter then an all-gather); the
+// residual stream, the norms' outputs and the pipeline's messages shrink by tp.
+//
 // This file decides the split: the model names each tensor's role (column-parallel, row-parallel,
 // vocab-parallel, replicated) and tensor_parallel_shard says which block of it this rank holds;
 // tensor_parallel_sizes says how many heads, features and vocabulary rows that leaves per rank.
@@ -55,6 +63,39 @@ TensorParallelSizes tensor_parallel_sizes(const Config *c, const Group *tp) {
                                  .vocab_start = vocab.row0};
 }
 
+const float *gather_from_sequence_parallel_region(SequenceParallel *sp, const float *block) {
+    if (!sp->full) return block;
+    size_t rows = (size_t)sp->N * sp->C / sp->tp->size;
+    device_copy(sp->full + rows * sp->tp->rank, block, rows * sizeof(float));
+    all_gather(sp->full, (size_t)sp->N * sp->C, sp->tp);
+    return sp->full;
+}
+
+void reduce_scatter_to_sequence_parallel_region(float *block, SequenceParallel *sp) {
+    reduce_scatter(sp->full, (size_t)sp->N * sp->C, REDUCE_SUM, sp->tp);
+    device_copy(block, sequence_parallel_own_rows(sp, sp->full),
+                (size_t)sp->N * sp->C / sp->tp->size * sizeof(float));
+}
+
+const float *sequence_parallel_own_rows(const SequenceParallel *sp, const float *full) {
+    if (!sp->full) return full;
+    return full + (size_t)sp->N * sp->C / sp->tp->size * sp->tp->rank;
+}
+
+float *sequence_parallel_norm_grad(SequenceParallel *sp, float *dweight, int i) {
+    if (!sp->full) return dweight;
+    float *g = sp->norm_grads + (size_t)i * sp->C;
+    device_zero(g, sp->C * sizeof(float));
+    return g;
+}
+
+void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, float *dweight1) {
+    if (!sp->full) return;
+    all_reduce(sp->norm_grads, (size_t)(dweight1 ? 2 : 1) * sp->C, REDUCE_SUM, sp->tp);
+    add_inplace(dweight0, sp->norm_grads, sp->C);
+    if (dweight1) add_inplace(dweight1, sp->norm_grads + sp->C, sp->C);
+}
+
 void column_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int C,
                                     int OC) {
     matmul_forward(out, inp, weight, N, C, OC);
@@ -64,14 +105,14 @@ void column_parallel_linear_forward(float *out, const float *inp, const float *w
 // all-reduce once: all-reducing after each would count the earlier ones tp times.
 // async (nanotron's): the all-reduce travels while the weight gradients are computed.
 void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
-                                     const float *inp, int N, int C, Group *tp, int async) {
+                                     const float *inp, int N, int C, Group *tp, int async,
+                                     const SequenceParallel *sp) {
     for (int i = 0; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
-    Handle h = {0};
-    if (async)
-        h = all_reduce_start(dinp, (size_t)N * C, REDUCE_SUM, tp);
-    else
-        all_reduce(dinp, (size_t)N * C, REDUCE_SUM, tp);
+    size_t n = (size_t)N * C;
+    Handle h = sp->full ? reduce_scatter_start(dinp, n, REDUCE_SUM, tp)
+                        : all_reduce_start(dinp, n, REDUCE_SUM, tp);
+    if (!async) comm_wait(&h);
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
@@ -79,9 +120,12 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
 }
 
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,
-                                 int C, Group *tp) {
-    matmul_forward(out, inp, weight, N, I, C);
-    all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
+                                 int C, Group *tp, SequenceParallel *sp) {
+    matmul_forward(sp->full ? sp->full : out, inp, weight, N, I, C);
+    if (sp->full)
+        reduce_scatter_to_sequence_parallel_region(out, sp);
+    else
+        all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
 }
 
 void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
@@ -90,9 +134,12 @@ void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout
 }
 
 void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
-                                      int vocab_start, int V, Group *tp) {
-    embedding_forward(out, tokens, wte, N, C, vocab_start, V);
-    all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
+                                      int vocab_start, int V, Group *tp, SequenceParallel *sp) {
+    embedding_forward(sp->full ? sp->full : out, tokens, wte, N, C, vocab_start, V);
+    if (sp->full)
+        reduce_scatter_to_sequence_parallel_region(out, sp);
+    else
+        all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
 }
 
 // dout is replicated, and each rank keeps the rows of the tokens it owns: no communication

@@ -36,21 +36,49 @@ typedef struct {
     int OC;
 } ColumnParallelGrad;
 
+// Sequence parallelism (Megatron-LM's): outside the tp regions the residual stream (N, C) is split
+// into tp blocks of N/tp consecutive token rows, rank r holding rows [r*N/tp, (r+1)*N/tp). Its
+// buffers are NULL when it is off; every function below then takes the plain tensor-parallel path.
+typedef struct {
+    float *full;       // (N, C): a norm's output gathered, or a linear's partial sums
+    float *norm_grads; // (2, C): norms' weight gradients from this rank's rows, before their sum
+    int N, C;
+    Group *tp;
+} SequenceParallel;
+// all N rows (N, C) of the rows this rank holds, block (N/tp, C): block itself when off, else
+// every rank's block gathered into sp->full in rank order (Megatron's g in the forward)
+const float *gather_from_sequence_parallel_region(SequenceParallel *sp, const float *block);
+// block (N/tp, C) = this rank's rows of the sum over tp of sp->full (N, C) (g-bar)
+void reduce_scatter_to_sequence_parallel_region(float *block, SequenceParallel *sp);
+// this rank's rows of an (N, C) gradient that column_parallel_linear_backward reduced: all of it
+// when off
+const float *sequence_parallel_own_rows(const SequenceParallel *sp, const float *full);
+// Where norm i's weight gradient goes: dweight when off; else, each rank having seen only its own
+// rows, the zeroed norm_grads[i], whose sum over tp sequence_parallel_sum_norm_grads adds to
+// dweight0 (and dweight1, if not NULL)
+float *sequence_parallel_norm_grad(SequenceParallel *sp, float *dweight, int i);
+void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, float *dweight1);
+
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T
 void column_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int C,
                                     int OC);
-// dinp (N, C) += all_reduce(sum of dout_i @ weight_i); dweight_i += dout_i^T @ inp
+// dinp (N, C) += all_reduce(sum of dout_i @ weight_i); dweight_i += dout_i^T @ inp. Under
+// sequence parallelism the sum is reduce-scattered instead: only sequence_parallel_own_rows(dinp)
+// is then defined.
 void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
-                                     const float *inp, int N, int C, Group *tp, int async);
-// out (N, C) = all_reduce(inp (N, I) @ weight (C, I)^T)
+                                     const float *inp, int N, int C, Group *tp, int async,
+                                     const SequenceParallel *sp);
+// out (N, C) = all_reduce(inp (N, I) @ weight (C, I)^T); under sequence parallelism the partial
+// sums go to sp->full and out (N/tp, C) receives this rank's rows of their sum
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,
-                                 int C, Group *tp);
+                                 int C, Group *tp, SequenceParallel *sp);
 // dinp (N, I) += dout (N, C) @ weight (C, I); dweight (C, I) += dout^T @ inp
 void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, int N, int I, int C);
-// out (N, C) = all_reduce(rows of wte (V, C) for the tokens (N) in this rank's vocabulary range)
+// out (N, C) = all_reduce(rows of wte (V, C) for the tokens (N) in this rank's vocabulary range);
+// reduce-scattered under sequence parallelism, as row_parallel_linear_forward's
 void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
-                                      int vocab_start, int V, Group *tp);
+                                      int vocab_start, int V, Group *tp, SequenceParallel *sp);
 // dwte (V, C) += dout (N, C) rows of the tokens in this rank's range
 void vocab_parallel_embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
                                        int C, int vocab_start, int V);

@@ -19,20 +19,21 @@ HARNESS_DIR=$(mktemp -d /tmp/picotron-layouts.XXXXXX)
 trap 'rm -rf "$HARNESS_DIR"' EXIT
 harness_failures=0
 
-# run_layout NAME key=value...   keys: tp cp pp dp ga engine tied layers zigzag async mbs seq
+# run_layout NAME key=value...   keys: tp cp pp dp ga engine tied layers zigzag async sp mbs seq
 #                                clip warmup decay (gradient clipping and the lr schedule)
 #                                save (save_frequency, default STEPS) load (checkpoint.load_path)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
-    local zero1=false
+    local zero1=false sp=false
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
     cat >"$dir/config.json" <<JSON
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
+                 "sequence_parallel": $sp,
                  "bucket_size_mb": 1, "zero1": $zero1${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
@@ -97,3 +98,7 @@ resume_layout() {
     mv "$dir/losses.all" "$dir/losses"
     compare_layout "$base" "$name"
 }
+
+# activations_mb NAME: the activations column (MB) of rank 0's row in the end-of-run memory table
+activations_mb() { awk '/^memory per rank, MB/ { table = 1; next } table && $1 == "0" { print $NF }' \
+    "$HARNESS_DIR/$1/log"; }

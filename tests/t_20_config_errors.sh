@@ -48,6 +48,8 @@ variants = {   # name: a statement that edits `cfg`
     "tp_heads": 'cfg["distributed"]["tp_size"] = 3',
     "vocab_tp": 'cfg["model"]["vocab_size"] = 255; cfg["distributed"]["tp_size"] = 2',
     "bad_engine": 'cfg["distributed"]["pp_engine"] = "gpipe"',
+    "sp_tokens": 'cfg["distributed"].update(tp_size=2, cp_size=2, sequence_parallel=True); '
+                 'cfg["training"].update(micro_batch_size=1, seq_length=34)',
     "gpu_config": 'cfg["distributed"]["use_cpu"] = False',
     "bf16": 'cfg["model"]["dtype"] = "bfloat16"',
 }
@@ -117,6 +119,8 @@ expect_error "tp does not divide heads" 'distributed\.tp_size = 3.*model\.num_at
     1 "$(c tp_heads)"
 expect_error "vocab % tp" 'model\.vocab_size = 255.*distributed\.tp_size = 2' 1 "$(c vocab_tp)"
 expect_error "unknown pp_engine" 'distributed\.pp_engine' 1 "$(c bad_engine)"
+expect_error "sequence parallel tokens % tp" \
+    'distributed\.sequence_parallel.*17 tokens.*distributed\.tp_size = 2' 1 "$(c sp_tokens)"
 expect_error "use_cpu false on the CPU build" 'distributed\.use_cpu.*make GPU=1' 1 \
     "$(c gpu_config)"
 expect_error "bfloat16 on the CPU build" 'model\.dtype' 1 "$(c bf16)"
@@ -126,5 +130,5 @@ expect_error "nonexistent config" 'does_not_exist\.json' 1 "$(c does_not_exist)"
 expect_error "no --config" '--config' 1
 expect_error "unknown train flag" '--bogus' 1 --config "$tmp/valid.json" --bogus
 
-echo "$failures of 22 cases failed"
+echo "$failures of 23 cases failed"
 [ "$failures" -eq 0 ]

@@ -63,9 +63,6 @@ memory_run() { # NAME [--recompute]
     timeout 300 mpirun -np 1 ./train --config "$HARNESS_DIR/$name/config.json" \
         >"$HARNESS_DIR/$name/log" 2>&1
 }
-# the last column of the memory table's one row (rank 0), MB
-activations_mb() { awk '/^memory per rank, MB/ { table = 1; next } table && $1 == "0" { print $NF }' \
-    "$HARNESS_DIR/$1/log"; }
 # the mean of steps 2.. of the metrics file's "seconds", then the fastest of them (the mean
 # follows whatever else the machine runs; the fastest step less so)
 step_seconds() { sed 's/.*"step": *\([0-9]*\).*"seconds": *\([0-9.e+-]*\).*/\1 \2/' \

@@ -94,6 +94,7 @@ fi
     run_layout base ga=4 || exit 1
     check_layout base dp2 dp=2 ga=2
     check_layout base tp2_async tp=2 async=true
+    check_layout base tp2_sequence_parallel tp=2 sp=true
     check_layout base pp2_1f1b pp=2 engine=1f1b
     check_layout base cp2_zigzag cp=2 zigzag=true
     check_layout base dp2_tp2_pp2_afab dp=2 tp=2 pp=2 ga=2 engine=afab

@@ -15,7 +15,7 @@
 #            build matches: fp32 to the CPU's tolerances (tests/t_30_model_vs_torch.sh), bf16
 #            products to looser stated bounds (tests/gpu/test_model_bf16.c)
 #   3.       layout equivalence on one GPU with the mpi backend (two ranks share the GPU): dp=2,
-#            tp=2, pp=2 (1f1b), cp=2 against one rank, fp32, tests/layout_harness.sh's tolerances
+#            tp=2 (and sequence-parallel), pp=2 (1f1b), cp=2 against one rank, fp32, tests/layout_harness.sh's tolerances
 #   4.       NCCL on one GPU: all-reduces through a communicator of one rank, blocking and on the
 #            group's stream with events (PICOTRON_NCCL_GROUP_OF_ONE, tests/gpu/test_nccl_one_gpu.c)
 #   scale    2 steps of the tiny model with 71680 tokens per micro-batch (grid limits at scale)
@@ -294,7 +294,7 @@ rc=$?
 step_log | grep -E '^tests/fixtures|\(tol ' | sed 's/^/    /'
 report $rc "$(step_log | grep -c '^tests/fixtures/.*: PASS') of 4 fixture runs pass (fp32, bf16; tied, untied)"
 
-step "3. layouts on one GPU, mpi backend: dp2, tp2, pp2 1f1b, cp2 = one rank"
+step "3. layouts on one GPU, mpi backend: dp2, tp2, tp2 sequence-parallel, pp2 1f1b, cp2 = one rank"
 # in its own bash: the harness sets its own EXIT trap and counters
 # shellcheck disable=SC2016
 PICOTRON_BUILD=$BUILD HARNESS_TRAIN=$TRAIN timeout "$(limit 180)" bash -c '
@@ -304,6 +304,7 @@ PICOTRON_BUILD=$BUILD HARNESS_TRAIN=$TRAIN timeout "$(limit 180)" bash -c '
     run_layout base ga=4 || exit 1
     check_layout base dp2 dp=2 ga=2
     check_layout base tp2 tp=2
+    check_layout base tp2_sp tp=2 sp=true
     check_layout base pp2_1f1b pp=2 engine=1f1b
     check_layout base cp2 cp=2
     [ "$harness_failures" -eq 0 ]' >>"$steps_log" 2>&1
@@ -313,7 +314,7 @@ report $rc "$(step_log | awk '
     /^ok / { n++; for (i = 1; i <= NF; i++) {
         if ($i == "diff" && $(i - 3) == "losses" && $(i + 1) + 0 > l) l = $(i + 1) + 0
         if ($i == "diff" && $(i - 1) == "L2" && $(i + 1) + 0 > w) w = $(i + 1) + 0 } }
-    END { printf "%d of 4 layouts equal one rank, worst loss rel diff %.2e, worst weight rel L2 %.2e", n, l, w }')"
+    END { printf "%d of 5 layouts equal one rank, worst loss rel diff %.2e, worst weight rel L2 %.2e", n, l, w }')"
 
 step "4. NCCL on one GPU: a one-rank communicator, its stream and events"
 timeout "$(limit 60)" "$BUILD/tests/gpu/test_nccl_one_gpu" >>"$steps_log" 2>&1
