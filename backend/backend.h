@@ -99,6 +99,40 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
                      const float *up, size_t N);
 
 // ---------------------------------------------------------------------------------------------
+// mixture of experts (backend/*/moe.*): Mixtral's top-k router and the shuffles that give each
+// expert its tokens as contiguous rows, so an expert is plain matmul + SwiGLU. E experts, K
+// choices per token (K <= E); a (token, choice) pair is row n * K + j of the (N, K) tensors.
+// probs (N, E) = softmax(logits (N, E)); topk_ids (N, K) the K largest probs, largest first, ties
+// to the lower expert; topk_w (N, K) their probs renormalised to sum to 1 over the K
+void moe_router_forward(float *probs, int *topk_ids, float *topk_w, const float *logits, int N,
+                        int E, int K);
+// A counting sort of the pairs by expert, in token order (deterministic): counts (E) pairs routed
+// to each expert; offsets (E+1) the first sorted row of each expert, offsets[E] the rows kept;
+// pos (N, K) each pair's sorted row, or -1 when its expert already holds capacity pairs
+// (capacity 0: no limit)
+void moe_dispatch(int *counts, int *offsets, int *pos, const int *topk_ids, int N, int E, int K,
+                  int capacity);
+// aux (1) = E * sum_e (counts[e] / N) * mean_n probs[n, e]: Switch Transformer's load-balancing
+// loss of one layer
+void moe_aux_loss(float *aux, const float *probs, const int *counts, int N, int E);
+// x_sorted[pos[n, j]] = x[n] for every kept pair; x (N, C), x_sorted (rows, C)
+void moe_gather_forward(float *x_sorted, const float *x, const int *pos, int N, int C, int K);
+// dx[n] += sum over kept j of dx_sorted[pos[n, j]]
+void moe_gather_backward(float *dx, const float *dx_sorted, const int *pos, int N, int C, int K);
+// y (N, C) = sum over kept j of topk_w[n, j] * out_sorted[pos[n, j]]; a dropped pair adds nothing
+void moe_combine_forward(float *y, const float *out_sorted, const float *topk_w, const int *pos,
+                         int N, int C, int K);
+// dout_sorted[pos[n, j]] += topk_w[n, j] * dy[n]; dtopk_w[n, j] += dy[n] . out_sorted[pos[n, j]]
+void moe_combine_backward(float *dout_sorted, float *dtopk_w, const float *dy,
+                          const float *out_sorted, const float *topk_w, const int *pos, int N,
+                          int C, int K);
+// dlogits (N, E) += the gradient through the renormalised top-k weights (dtopk_w (N, K)) and the
+// softmax, plus aux_scale * d aux / d logits (the counts are constants: only the probs carry it)
+void moe_router_backward(float *dlogits, const float *dtopk_w, const float *probs,
+                         const int *topk_ids, const float *topk_w, const int *counts,
+                         float aux_scale, int N, int E, int K);
+
+// ---------------------------------------------------------------------------------------------
 // cross-entropy from a vocab shard (backend/*/cross_entropy.*): logits (N, V) hold the columns
 // [vocab_start, vocab_start + V) of the full vocabulary. The tensor-parallel loss all-reduces the
 // partial results between the calls, so no rank ever holds (N, full vocab).

@@ -13,7 +13,8 @@
 #      pointer, a shuffle after lanes returned, a deadlocked barrier, a bad leading dimension;
 #      and an asynchronous collective's output is NaN until the host has waited for it
 #   3. every CUDA kernel again, each launch run a second time with threads and blocks in reverse
-#      order, which must write the same bytes (a missing barrier shows there)
+#      order, which must write the same bytes (a missing barrier shows there); then the
+#      mixture-of-experts layer's own test (tests/test_moe.c) on those kernels, the same way
 #   4. layouts against one rank (fp32, tests/layout_harness.sh's tolerances) with the nccl
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks; nccl on a shared GPU
 #      is refused in one line that suggests "mpi"
@@ -82,6 +83,16 @@ if PICOTRON_EMU_RACECHECK=1 timeout 300 build-emu/tests/gpu/test_kernels_vs_cpu 
 else
     grep -v '^  ok' "$log/k" | tail -n 20
     fail "CUDA kernels vs their CPU twins, race-checked"
+fi
+
+# 3b. the mixture-of-experts layer through the CUDA kernels (moe.c is built with -DPICOTRON_GPU):
+# finite differences, transformers' fixture and capacity, as t_44 checks the CPU build
+if PICOTRON_EMU_RACECHECK=1 timeout 300 build-emu/tests/test_moe tests/fixtures/moe_mixtral.bin \
+    >"$log/moe" 2>&1; then
+    echo "mixture-of-experts layer (test_moe), race-checked: $(tail -n 1 "$log/moe")"
+else
+    grep -v '^  ok' "$log/moe" | tail -n 20
+    fail "the mixture-of-experts layer on the CUDA kernels (build-emu/tests/test_moe)"
 fi
 
 # 4. layouts with nccl; in a subshell: the harness sets its own EXIT trap and counters

@@ -24,6 +24,14 @@
     X(attention_backward_block)                                                                    \
     X(swiglu_forward)                                                                              \
     X(swiglu_backward)                                                                             \
+    X(moe_router_forward)                                                                          \
+    X(moe_dispatch)                                                                                \
+    X(moe_aux_loss)                                                                                \
+    X(moe_gather_forward)                                                                          \
+    X(moe_gather_backward)                                                                         \
+    X(moe_combine_forward)                                                                         \
+    X(moe_combine_backward)                                                                        \
+    X(moe_router_backward)                                                                         \
     X(cross_entropy_max)                                                                           \
     X(cross_entropy_sumexp)                                                                        \
     X(cross_entropy_loss)                                                                          \

@@ -303,6 +303,89 @@ static void test_attention(int B, int T, int H, int KV, int D, int zigzag, int f
     device_free(d_dout), device_free(d_delta), device_free(d_dq);
 }
 
+// integers (expert ids, counts, sorted rows) must agree exactly
+static void check_int(const char *what, const int *dev, const int *cpu, size_t n) {
+    int *gpu = xmalloc(n * sizeof(int));
+    device_to_host(gpu, dev, n * sizeof(int));
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += gpu[i] != cpu[i];
+    int ok = differ == 0;
+    printf("  %-4s %-40s %zu of %zu differ\n", ok ? "ok" : "FAIL", what, differ, n);
+    ok ? passed++ : failed++;
+    free(gpu);
+}
+
+// Mixture of experts: the router on random logits (two rows of exact ties, which the lower index
+// wins), the counting sort with or without a capacity, the aux loss, and the shuffles and their
+// backwards, each from the CPU's routing so that every kernel is compared alone.
+static void test_moe(int N, int C, int E, int K, int capacity) {
+    size_t ne = (size_t)N * E, nk = (size_t)N * K, nc = (size_t)N * C, ns = nk * C;
+    char what[96];
+    float *logits = random_host(ne, -4, 4);
+    for (int e = 0; e < E; e++) logits[e] = 1.0f, logits[E + e] = (float)(e % 2);
+    float *probs = xmalloc(ne * 4), *w = xmalloc(nk * 4);
+    int *ids = xmalloc(nk * sizeof(int));
+    float *d_logits = to_device(logits, ne * 4), *d_probs = device_malloc(ne * 4);
+    float *d_w = device_malloc(nk * 4);
+    int *d_ids = device_malloc(nk * sizeof(int));
+    cpu_moe_router_forward(probs, ids, w, logits, N, E, K);
+    moe_router_forward(d_probs, d_ids, d_w, d_logits, N, E, K);
+    snprintf(what, sizeof what, "moe_router_forward N%d E%d K%d probs", N, E, K);
+    check(what, d_probs, probs, ne, TOL_ELEM);
+    check_int("moe_router_forward topk_ids", d_ids, ids, nk);
+    check("moe_router_forward topk_w", d_w, w, nk, TOL_ELEM);
+    host_to_device(d_probs, probs, ne * 4);
+    host_to_device(d_w, w, nk * 4);
+    host_to_device(d_ids, ids, nk * sizeof(int));
+
+    int *counts = xmalloc(E * sizeof(int)), *offsets = xmalloc((E + 1) * sizeof(int));
+    int *pos = xmalloc(nk * sizeof(int)), *d_counts = device_malloc(E * sizeof(int));
+    int *d_offsets = device_malloc((E + 1) * sizeof(int)), *d_pos = device_malloc(nk * 4);
+    cpu_moe_dispatch(counts, offsets, pos, ids, N, E, K, capacity);
+    moe_dispatch(d_counts, d_offsets, d_pos, d_ids, N, E, K, capacity);
+    snprintf(what, sizeof what, "moe_dispatch counts (capacity %d: %d dropped)", capacity,
+             (int)nk - offsets[E]);
+    check_int(what, d_counts, counts, E);
+    check_int("moe_dispatch offsets", d_offsets, offsets, E + 1);
+    check_int("moe_dispatch pos", d_pos, pos, nk);
+    float aux, *d_aux = device_malloc(4);
+    cpu_moe_aux_loss(&aux, probs, counts, N, E);
+    moe_aux_loss(d_aux, d_probs, d_counts, N, E);
+    check("moe_aux_loss", d_aux, &aux, 1, TOL_ELEM);
+
+    float *x = random_host(nc, -1, 1), *xs = random_host(ns, -1, 1), *outs = random_host(ns, -1, 1);
+    float *y = xmalloc(nc * 4), *dy = random_host(nc, -1, 1), *dxs = random_host(ns, -1, 1);
+    float *dw = random_host(nk, -1, 1), *dx = random_host(nc, -1, 1);
+    float *dl = random_host(ne, -1, 1);
+    float *d_x = to_device(x, nc * 4), *d_xs = to_device(xs, ns * 4);
+    float *d_outs = to_device(outs, ns * 4), *d_y = device_malloc(nc * 4);
+    float *d_dy = to_device(dy, nc * 4), *d_dxs = to_device(dxs, ns * 4);
+    float *d_dw = to_device(dw, nk * 4), *d_dx = to_device(dx, nc * 4);
+    float *d_dl = to_device(dl, ne * 4);
+    cpu_moe_gather_forward(xs, x, pos, N, C, K);
+    moe_gather_forward(d_xs, d_x, d_pos, N, C, K);
+    check("moe_gather_forward", d_xs, xs, ns, 0.0);
+    cpu_moe_combine_forward(y, outs, w, pos, N, C, K);
+    moe_combine_forward(d_y, d_outs, d_w, d_pos, N, C, K);
+    check("moe_combine_forward", d_y, y, nc, TOL_ELEM);
+    cpu_moe_combine_backward(dxs, dw, dy, outs, w, pos, N, C, K);
+    moe_combine_backward(d_dxs, d_dw, d_dy, d_outs, d_w, d_pos, N, C, K);
+    check("moe_combine_backward dout_sorted (+=)", d_dxs, dxs, ns, TOL_ELEM);
+    check("moe_combine_backward dtopk_w (+=)", d_dw, dw, nk, TOL_ELEM);
+    cpu_moe_gather_backward(dx, dxs, pos, N, C, K);
+    moe_gather_backward(d_dx, d_dxs, d_pos, N, C, K);
+    check("moe_gather_backward (+=)", d_dx, dx, nc, TOL_ELEM);
+    cpu_moe_router_backward(dl, dw, probs, ids, w, counts, 0.3f, N, E, K);
+    moe_router_backward(d_dl, d_dw, d_probs, d_ids, d_w, d_counts, 0.3f, N, E, K);
+    check("moe_router_backward (+=)", d_dl, dl, ne, TOL_ELEM);
+    free(logits), free(probs), free(w), free(ids), free(counts), free(offsets), free(pos);
+    free(x), free(xs), free(outs), free(y), free(dy), free(dxs), free(dw), free(dx), free(dl);
+    device_free(d_logits), device_free(d_probs), device_free(d_w), device_free(d_ids);
+    device_free(d_counts), device_free(d_offsets), device_free(d_pos), device_free(d_aux);
+    device_free(d_x), device_free(d_xs), device_free(d_outs), device_free(d_y), device_free(d_dy);
+    device_free(d_dxs), device_free(d_dw), device_free(d_dx), device_free(d_dl);
+}
+
 static void test_swiglu(void) {
     size_t n = 100003;
     float *gate = random_host(n, -6, 6), *up = random_host(n, -2, 2), *out = xmalloc(n * 4);
@@ -412,6 +495,8 @@ int main(int argc, char **argv) {
     test_attention(1, 100, 8, 8, 128, 1, 1);
     test_attention(2, 33, 6, 1, 32, 0, 1);
     test_swiglu();
+    test_moe(1000, 96, 8, 2, 200);
+    test_moe(257, 64, 64, 6, 0);
     test_cross_entropy(37, 1000, 500);
     test_cross_entropy(70000, 24, 0);
     test_adamw();

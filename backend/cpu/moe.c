@@ -1,0 +1,150 @@
+// Mixture of experts: the router of Mixtral (Jiang et al. 2024, as Hugging Face transformers'
+// MixtralTopKRouter computes it), Switch Transformer's load-balancing loss (Fedus et al. 2021,
+// eq. 4-6) and the shuffles that put each expert's tokens in contiguous rows, with GShard's
+// expert capacity (Lepikhin et al. 2020): an expert takes at most `capacity` pairs, the first
+// ones in token order. The experts themselves are matmul_* and swiglu_* on those rows (moe.c).
+#include "backend/backend.h"
+#include <math.h>
+#include <string.h>
+
+void moe_router_forward(float *probs, int *topk_ids, float *topk_w, const float *logits, int N,
+                        int E, int K) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * E;
+        float *p = probs + (size_t)n * E;
+        int *ids = topk_ids + (size_t)n * K;
+        float *w = topk_w + (size_t)n * K;
+        // softmax in float, as Mixtral's router_logits.float()
+        float m = -INFINITY, sum = 0.0f;
+        for (int e = 0; e < E; e++) m = fmaxf(m, l[e]);
+        for (int e = 0; e < E; e++) p[e] = expf(l[e] - m), sum += p[e];
+        for (int e = 0; e < E; e++) p[e] /= sum;
+        // choice j is the largest prob that comes after choice j-1 in the order (prob descending,
+        // index ascending): ties go to the lower index, and no "taken" mask is needed
+        float chosen = 0.0f;
+        for (int j = 0, prev = -1; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int after = prev < 0 || p[e] < p[prev] || (p[e] == p[prev] && e > prev);
+                if (after && (best < 0 || p[e] > p[best])) best = e;
+            }
+            if (best < 0) best = j; // only a NaN row gets here: keep the index valid, NaN flows on
+            ids[j] = prev = best;
+            chosen += p[best];
+        }
+        // Mixtral renormalises the K weights to sum to 1
+        for (int j = 0; j < K; j++) w[j] = p[ids[j]] / chosen;
+    }
+}
+
+void moe_dispatch(int *counts, int *offsets, int *pos, const int *topk_ids, int N, int E, int K,
+                  int capacity) {
+    memset(counts, 0, (size_t)E * sizeof(int));
+    for (int i = 0; i < N * K; i++) counts[topk_ids[i]]++;
+    offsets[0] = 0;
+    for (int e = 0; e < E; e++) {
+        int kept = capacity > 0 && counts[e] > capacity ? capacity : counts[e];
+        offsets[e + 1] = offsets[e] + kept;
+    }
+    // counts again, as each expert's cursor: pair i is the r-th of its expert in token order
+    memset(counts, 0, (size_t)E * sizeof(int));
+    for (int i = 0; i < N * K; i++) {
+        int e = topk_ids[i], r = counts[e]++;
+        pos[i] = capacity > 0 && r >= capacity ? -1 : offsets[e] + r;
+    }
+}
+
+void moe_aux_loss(float *aux, const float *probs, const int *counts, int N, int E) {
+    // aux = E * sum_e f_e * P_e, f_e = counts[e] / N (before capacity drops), P_e = mean_n probs
+    double total = 0.0;
+    for (int e = 0; e < E; e++) {
+        double P = 0.0;
+        for (int n = 0; n < N; n++) P += probs[(size_t)n * E + e];
+        total += counts[e] * P;
+    }
+    aux[0] = N > 0 ? (float)(E * total / ((double)N * N)) : 0.0f;
+}
+
+void moe_gather_forward(float *x_sorted, const float *x, const int *pos, int N, int C, int K) {
+#pragma omp parallel for
+    for (int i = 0; i < N * K; i++) {
+        if (pos[i] < 0) continue;
+        memcpy(x_sorted + (size_t)pos[i] * C, x + (size_t)(i / K) * C, (size_t)C * sizeof(float));
+    }
+}
+
+void moe_gather_backward(float *dx, const float *dx_sorted, const int *pos, int N, int C, int K) {
+    // forward: x_sorted[pos[n, j]] = x[n]
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < C; c++) {
+            float d = dx[(size_t)n * C + c];
+            for (int j = 0; j < K; j++) {
+                int p = pos[(size_t)n * K + j];
+                if (p >= 0) d += dx_sorted[(size_t)p * C + c];
+            }
+            dx[(size_t)n * C + c] = d;
+        }
+    }
+}
+
+void moe_combine_forward(float *y, const float *out_sorted, const float *topk_w, const int *pos,
+                         int N, int C, int K) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < C; c++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) {
+                int p = pos[(size_t)n * K + j];
+                if (p >= 0) acc += topk_w[(size_t)n * K + j] * out_sorted[(size_t)p * C + c];
+            }
+            y[(size_t)n * C + c] = acc;
+        }
+    }
+}
+
+void moe_combine_backward(float *dout_sorted, float *dtopk_w, const float *dy,
+                          const float *out_sorted, const float *topk_w, const int *pos, int N,
+                          int C, int K) {
+    // forward: y[n] = sum_j w[n, j] * out_sorted[pos[n, j]]
+    // dout_sorted[pos] += w[n, j] * dy[n]; dw[n, j] += dy[n] . out_sorted[pos]
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *d = dy + (size_t)n * C;
+        for (int j = 0; j < K; j++) {
+            int p = pos[(size_t)n * K + j];
+            if (p < 0) continue; // dropped: y does not depend on this pair
+            float w = topk_w[(size_t)n * K + j], dot = 0.0f;
+            float *ds = dout_sorted + (size_t)p * C;
+            const float *o = out_sorted + (size_t)p * C;
+            for (int c = 0; c < C; c++) ds[c] += w * d[c], dot += d[c] * o[c];
+            dtopk_w[(size_t)n * K + j] += dot;
+        }
+    }
+}
+
+void moe_router_backward(float *dlogits, const float *dtopk_w, const float *probs,
+                         const int *topk_ids, const float *topk_w, const int *counts,
+                         float aux_scale, int N, int E, int K) {
+    // forward: aux = E * sum_e (counts[e] / N) * (1/N) sum_n p[n, e]
+    //   => d aux / d p[n, e] = E * counts[e] / N^2
+    float aux_coef = N > 0 ? aux_scale * (float)E / ((float)N * (float)N) : 0.0f;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (size_t)n * E;
+        const int *ids = topk_ids + (size_t)n * K;
+        const float *w = topk_w + (size_t)n * K, *dw = dtopk_w + (size_t)n * K;
+        float *dl = dlogits + (size_t)n * E;
+        // forward: w_j = p[ids_j] / s, s = sum_j p[ids_j]
+        //   => d/dp[ids_i] = (dw_i - sum_j dw_j w_j) / s, and 0 for the experts not chosen
+        float s = 0.0f, dot = 0.0f;
+        for (int j = 0; j < K; j++) s += p[ids[j]], dot += dw[j] * w[j];
+        // forward: p = softmax(l)  =>  dl_e = p_e * (dp_e - sum_k p_k dp_k)
+        float pdp = 0.0f;
+        for (int e = 0; e < E; e++) pdp += p[e] * aux_coef * counts[e];
+        for (int j = 0; j < K; j++) pdp += p[ids[j]] * (dw[j] - dot) / s;
+        for (int e = 0; e < E; e++) dl[e] += p[e] * (aux_coef * counts[e] - pdp);
+        for (int j = 0; j < K; j++) dl[ids[j]] += p[ids[j]] * (dw[j] - dot) / s;
+    }
+}

@@ -1,0 +1,164 @@
+// A mixture-of-experts MLP, Mixtral's sparse MoE block, forward and backward by hand.
+//
+// forward, for N tokens x (N, C):
+//   router:  logits = x @ Wg^T (N, E); probs = softmax(logits); each token picks its K most
+//            probable experts and renormalises their probs to sum to 1 (Mixtral)
+//   sort:    the (token, choice) pairs are grouped by expert, in token order, so each expert
+//            reads its tokens as contiguous rows of x_sorted and runs as one matmul per weight;
+//            with a capacity, an expert takes only its first `capacity` pairs and the rest are
+//            dropped (GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al. 2021): in
+//            expert parallelism (later) the capacity bounds the buffers that travel
+//   experts: out_sorted = down(silu(gate(x_sorted)) * up(x_sorted)), each expert on its rows
+//   combine: y[n] = sum_j w[n, j] * out_sorted[pos[n, j]]
+//   aux:     E * sum_e f_e * P_e, f_e the fraction of pairs routed to e (before drops), P_e the
+//            mean prob of e: smallest when the load is uniform (Switch Transformer, eq. 4-6)
+// The backward runs these lines in reverse. Only the expert offsets (E+1 ints) come to the host:
+// each expert's matmul needs its number of rows there.
+#include <math.h>
+#include "moe.h"
+#include "backend/backend.h"
+#include "utils.h"
+
+MoeSizes moe_sizes(int N, int C, int I, int E, int K, double capacity_factor) {
+    if (N < 0 || C < 1 || I < 1 || E < 1 || K < 1 || K > E)
+        FAIL("a layer needs 1 <= K <= E experts and positive sizes",
+             "mixture of experts: N=%d C=%d I=%d E=%d K=%d", N, C, I, E, K);
+    if (!(capacity_factor >= 0.0))
+        FAIL("capacity_factor is 0 (no limit) or a positive factor, such as 1.25",
+             "mixture of experts: capacity_factor = %g", capacity_factor);
+    MoeSizes s = {.N = N, .C = C, .I = I, .E = E, .K = K, .capacity = 0};
+    if (capacity_factor > 0.0) {
+        // 0.1 * 30 is 3.0000000000000004 in binary: the 1e-9 keeps such rounding from adding a slot
+        double slots = ceil(capacity_factor * N * K / E - 1e-9);
+        s.capacity = slots < 1.0 ? 1 : slots > (double)N * K ? N * K : (int)slots;
+    }
+    return s;
+}
+
+// Lays the buffers out in one allocation: a first pass with base NULL counts the bytes, a second
+// hands out the pieces, each aligned to 256 bytes (what cudaMalloc gives its allocations).
+static void *piece(char *base, size_t *offset, size_t bytes) {
+    void *p = base ? base + *offset : NULL;
+    *offset += (bytes + 255) / 256 * 256;
+    return p;
+}
+
+static size_t activations_layout(MoeActivations *a, char *base, const MoeSizes *s) {
+    size_t N = s->N, C = s->C, I = s->I, E = s->E, K = s->K, f = sizeof(float), o = 0;
+    size_t i = sizeof(int);
+    a->logits = piece(base, &o, N * E * f), a->probs = piece(base, &o, N * E * f);
+    a->topk_ids = piece(base, &o, N * K * i), a->topk_w = piece(base, &o, N * K * f);
+    a->counts = piece(base, &o, E * i), a->offsets = piece(base, &o, (E + 1) * i);
+    a->pos = piece(base, &o, N * K * i);
+    a->x_sorted = piece(base, &o, N * K * C * f), a->out_sorted = piece(base, &o, N * K * C * f);
+    a->gate = piece(base, &o, N * K * I * f), a->up = piece(base, &o, N * K * I * f);
+    a->act = piece(base, &o, N * K * I * f);
+    a->aux = piece(base, &o, f);
+    return o;
+}
+
+void moe_activations_alloc(MoeActivations *a, const MoeSizes *s) {
+    a->memory = device_malloc(activations_layout(a, NULL, s));
+    activations_layout(a, a->memory, s);
+    a->offsets_host = xmalloc((size_t)(s->E + 1) * sizeof(int));
+    a->dropped = 0;
+}
+
+void moe_activations_free(MoeActivations *a) {
+    device_free(a->memory);
+    free(a->offsets_host);
+}
+
+static size_t grads_layout(MoeGrads *g, char *base, const MoeSizes *s) {
+    size_t N = s->N, C = s->C, I = s->I, E = s->E, K = s->K, f = sizeof(float), o = 0;
+    g->dlogits = piece(base, &o, N * E * f), g->dtopk_w = piece(base, &o, N * K * f);
+    g->dsorted = piece(base, &o, N * K * C * f);
+    g->dact = piece(base, &o, N * K * I * f), g->dgate = piece(base, &o, N * K * I * f);
+    g->dup = piece(base, &o, N * K * I * f);
+    return o;
+}
+
+void moe_grads_alloc(MoeGrads *g, const MoeSizes *s) {
+    g->memory = device_malloc(grads_layout(g, NULL, s));
+    grads_layout(g, g->memory, s);
+}
+
+void moe_grads_free(MoeGrads *g) {
+    device_free(g->memory);
+}
+
+float moe_forward(float *y, MoeActivations *a, const float *x, const MoeWeights *w,
+                  const MoeSizes *s) {
+    int N = s->N, C = s->C, I = s->I, E = s->E, K = s->K;
+    // router: logits = x @ Wg^T; softmax; top-K; renormalise
+    matmul_forward(a->logits, x, w->router, N, C, E);
+    moe_router_forward(a->probs, a->topk_ids, a->topk_w, a->logits, N, E, K);
+    // sort the pairs by expert; the load-balancing loss counts them before capacity drops
+    moe_dispatch(a->counts, a->offsets, a->pos, a->topk_ids, N, E, K, s->capacity);
+    moe_aux_loss(a->aux, a->probs, a->counts, N, E);
+    device_to_host(a->offsets_host, a->offsets, (size_t)(E + 1) * sizeof(int));
+    const int *off = a->offsets_host;
+    a->dropped = N * K - off[E];
+    moe_gather_forward(a->x_sorted, x, a->pos, N, C, K);
+    // experts: each a SwiGLU MLP on its rows [off[e], off[e+1]) (none: the products do nothing)
+    for (int e = 0; e < E; e++) {
+        size_t r0 = off[e];
+        int rows = off[e + 1] - off[e];
+        matmul_forward(a->gate + r0 * I, a->x_sorted + r0 * C, w->experts[e].gate_proj, rows, C, I);
+        matmul_forward(a->up + r0 * I, a->x_sorted + r0 * C, w->experts[e].up_proj, rows, C, I);
+    }
+    swiglu_forward(a->act, a->gate, a->up, (size_t)off[E] * I); // every expert's rows at once
+    for (int e = 0; e < E; e++) {
+        size_t r0 = off[e];
+        int rows = off[e + 1] - off[e];
+        matmul_forward(a->out_sorted + r0 * C, a->act + r0 * I, w->experts[e].down_proj, rows, I,
+                       C);
+    }
+    // combine: each token's kept pairs, weighted
+    moe_combine_forward(y, a->out_sorted, a->topk_w, a->pos, N, C, K);
+    float aux;
+    device_to_host(&aux, a->aux, sizeof aux);
+    return aux;
+}
+
+void moe_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const float *dy, float aux_scale,
+                  const MoeActivations *a, const float *x, const MoeWeights *w, const MoeSizes *s) {
+    int N = s->N, C = s->C, I = s->I, E = s->E, K = s->K;
+    const int *off = a->offsets_host;
+    size_t rows_kept = off[E], f = sizeof(float);
+    // forward: y[n] = sum_j w[n, j] * out_sorted[pos[n, j]]
+    device_zero(g->dsorted, rows_kept * C * f);
+    device_zero(g->dtopk_w, (size_t)N * K * f);
+    moe_combine_backward(g->dsorted, g->dtopk_w, dy, a->out_sorted, a->topk_w, a->pos, N, C, K);
+    // forward: out_sorted = act @ down_proj^T, on each expert's rows
+    device_zero(g->dact, rows_kept * I * f);
+    for (int e = 0; e < E; e++) {
+        size_t r0 = off[e];
+        int rows = off[e + 1] - off[e];
+        matmul_backward(g->dact + r0 * I, dw->experts[e].down_proj, g->dsorted + r0 * C,
+                        a->act + r0 * I, w->experts[e].down_proj, rows, I, C);
+    }
+    // forward: act = silu(gate) * up
+    device_zero(g->dgate, rows_kept * I * f);
+    device_zero(g->dup, rows_kept * I * f);
+    swiglu_backward(g->dgate, g->dup, g->dact, a->gate, a->up, rows_kept * I);
+    // forward: gate = x_sorted @ gate_proj^T, up = x_sorted @ up_proj^T. d out_sorted is spent,
+    // so its buffer takes d x_sorted.
+    device_zero(g->dsorted, rows_kept * C * f);
+    for (int e = 0; e < E; e++) {
+        size_t r0 = off[e];
+        int rows = off[e + 1] - off[e];
+        matmul_backward(g->dsorted + r0 * C, dw->experts[e].gate_proj, g->dgate + r0 * I,
+                        a->x_sorted + r0 * C, w->experts[e].gate_proj, rows, C, I);
+        matmul_backward(g->dsorted + r0 * C, dw->experts[e].up_proj, g->dup + r0 * I,
+                        a->x_sorted + r0 * C, w->experts[e].up_proj, rows, C, I);
+    }
+    // forward: x_sorted[pos[n, j]] = x[n]
+    moe_gather_backward(dx, g->dsorted, a->pos, N, C, K);
+    // forward: probs, topk_w = router(logits), and aux = E * sum_e f_e * P_e (f_e constant)
+    device_zero(g->dlogits, (size_t)N * E * f);
+    moe_router_backward(g->dlogits, g->dtopk_w, a->probs, a->topk_ids, a->topk_w, a->counts,
+                        aux_scale, N, E, K);
+    // forward: logits = x @ Wg^T
+    matmul_backward(dx, dw->router, g->dlogits, x, w->router, N, C, E);
+}

@@ -1,0 +1,70 @@
+// A mixture-of-experts MLP: Mixtral's sparse MoE block (Jiang et al. 2024, "Mixtral of Experts";
+// Hugging Face transformers' MixtralSparseMoeBlock), forward and backward by hand. It stands where
+// a decoder layer's MLP stands: y (N, C) from x (N, C), plus the load-balancing loss.
+// Size letters: N tokens, C hidden, I each expert's intermediate size, E experts, K experts per
+// token (Mixtral: E = 8, K = 2). Every tensor lives on the device; this file only passes pointers.
+#pragma once
+#include <stddef.h>
+
+// one expert, a SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x))
+typedef struct {
+    float *gate_proj; // (I, C): Mixtral's w1; rows [0, I) of transformers' gate_up_proj[e]
+    float *up_proj;   // (I, C): w3; rows [I, 2I) of gate_up_proj[e]
+    float *down_proj; // (C, I): w2; transformers' down_proj[e]
+} ExpertWeights;
+
+// the layer's tensors, in a parameter buffer or in its gradient buffer
+typedef struct {
+    float *router;          // (E, C): Mixtral's gate (block_sparse_moe.gate, mlp.gate)
+    ExpertWeights *experts; // (E), a host array of device pointers
+} MoeWeights;
+
+typedef struct {
+    int N, C, I, E, K;
+    int capacity; // pairs an expert takes (GShard's expert capacity); 0: no limit
+} MoeSizes;
+
+// capacity_factor 0: no limit; else capacity = ceil(capacity_factor * N * K / E) (at least 1)
+MoeSizes moe_sizes(int N, int C, int I, int E, int K, double capacity_factor);
+
+// What the forward saves for the backward (one micro-batch), sized once by moe_activations_alloc
+typedef struct {
+    float *logits, *probs;  // (N, E): router logits and their softmax
+    int *topk_ids;          // (N, K): the experts chosen, largest prob first
+    float *topk_w;          // (N, K): their probs renormalised to sum to 1
+    int *counts;            // (E): pairs routed to each expert, before capacity drops
+    int *offsets;           // (E+1): expert e holds sorted rows [offsets[e], offsets[e+1])
+    int *pos;               // (N, K): each pair's sorted row, -1 when capacity dropped it
+    float *x_sorted;        // (N*K, C): the kept pairs' inputs, grouped by expert
+    float *gate, *up, *act; // (N*K, I): act = silu(gate) * up
+    float *out_sorted;      // (N*K, C): each kept pair's expert output
+    float *aux;             // (1): the load-balancing loss
+    int *offsets_host;      // (E+1): offsets, copied to the host to size each expert's products
+    int dropped;            // pairs the capacity dropped in the last forward
+    void *memory;           // the one device allocation
+} MoeActivations;
+
+// The backward's buffers, which any number of saved micro-batches can share
+typedef struct {
+    float *dlogits;      // (N, E)
+    float *dtopk_w;      // (N, K)
+    float *dsorted;      // (N*K, C): d out_sorted, then d x_sorted
+    float *dact, *dgate; // (N*K, I)
+    float *dup;          // (N*K, I)
+    void *memory;
+} MoeGrads;
+
+void moe_activations_alloc(MoeActivations *a, const MoeSizes *s);
+void moe_activations_free(MoeActivations *a);
+void moe_grads_alloc(MoeGrads *g, const MoeSizes *s);
+void moe_grads_free(MoeGrads *g);
+
+// y (N, C) = sum over each token's K experts of weight * expert(x); returns the load-balancing
+// loss aux = E * sum_e f_e * P_e (Switch Transformer), which the caller scales by
+// router_aux_loss_coef. Fills a for the backward.
+float moe_forward(float *y, MoeActivations *a, const float *x, const MoeWeights *w,
+                  const MoeSizes *s);
+// dx (N, C) += and every tensor of dw += the gradient of sum(y * dy) + aux_scale * aux, aux_scale
+// being d loss / d aux (router_aux_loss_coef times the loss's own scale); a from moe_forward on x.
+void moe_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const float *dy, float aux_scale,
+                  const MoeActivations *a, const float *x, const MoeWeights *w, const MoeSizes *s);
