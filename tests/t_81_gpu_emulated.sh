@@ -15,7 +15,8 @@
 #   3. every CUDA kernel again, each launch run a second time with threads and blocks in reverse
 #      order, which must write the same bytes (a missing barrier shows there)
 #   4. layouts against one rank (fp32, tests/layout_harness.sh's tolerances) with the nccl
-#      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks; nccl on a shared GPU
+#      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
+#      (pp2 x V2, its exchanges' one-sided halves); nccl on a shared GPU
 #      is refused in one line that suggests "mpi"
 # What it cannot show (speed, real concurrency, CUDA's libm) needs tests/gpu/check.sh on a GPU.
 # Runs in a copy of the tree: make GPU=emulate writes ./train, which the CPU tests use.
@@ -95,6 +96,7 @@ fi
     check_layout base dp2 dp=2 ga=2
     check_layout base tp2_async tp=2 async=true
     check_layout base pp2_1f1b pp=2 engine=1f1b
+    check_layout base pp2_interleaved pp=2 vstages=2
     check_layout base cp2_zigzag cp=2 zigzag=true
     check_layout base dp2_tp2_pp2_afab dp=2 tp=2 pp=2 ga=2 engine=afab
     [ "$harness_failures" -eq 0 ]
