@@ -38,6 +38,7 @@ static const Field fields[] = {
     KEY("distributed", "pp_size", T_INT, pp_size),
     KEY("distributed", "dp_size", T_INT, dp_size),
     KEY("distributed", "pp_engine", T_STR, pp_engine),
+    KEY("distributed", "pp_virtual_stages", T_INT, pp_virtual_stages),
     KEY("distributed", "backend", T_STR, backend),
     KEY("distributed", "use_cpu", T_BOOL, use_cpu),
     KEY("distributed", "tp_async", T_BOOL, tp_async),
@@ -166,6 +167,7 @@ void config_defaults(Config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->tp_size = cfg->cp_size = cfg->pp_size = cfg->dp_size = 1;
     strcpy(cfg->pp_engine, "1f1b");
+    cfg->pp_virtual_stages = 1;
 #ifdef PICOTRON_GPU
     strcpy(cfg->backend, "nccl");
 #else
@@ -390,6 +392,7 @@ void config_validate(const Config *c) {
         {"distributed.tp_size", c->tp_size, 1},
         {"distributed.cp_size", c->cp_size, 1},
         {"distributed.pp_size", c->pp_size, 1},
+        {"distributed.pp_virtual_stages", c->pp_virtual_stages, 1},
         {"distributed.dp_size", c->dp_size, 1},
         {"distributed.bucket_size_mb", c->bucket_size_mb, 1},
         {"model.hidden_size", c->hidden_size, 1},
@@ -481,6 +484,27 @@ void config_validate(const Config *c) {
           "model.num_hidden_layers = %d < distributed.pp_size = %d: a pipeline stage would "
           "get no layer",
           c->num_hidden_layers, c->pp_size);
+    int pp = c->pp_size, chunks = c->pp_virtual_stages;
+    if (chunks > 1) { // Megatron's interleaved schedule: every rank holds chunks of equal layers
+        CHECK(pp > 1,
+              "distributed.pp_virtual_stages = %d needs distributed.pp_size > 1 (it splits each "
+              "pipeline stage's layers into chunks); set it to 1",
+              chunks);
+        CHECK(strcmp(c->pp_engine, "1f1b") == 0,
+              "distributed.pp_virtual_stages = %d needs distributed.pp_engine = \"1f1b\", not "
+              "\"%s\" (the interleaved schedule is 1F1B's); set one of them",
+              chunks, c->pp_engine);
+        CHECK(c->num_hidden_layers % (pp * chunks) == 0,
+              "distributed.pp_virtual_stages = %d: model.num_hidden_layers = %d is not divisible "
+              "by pp_size * pp_virtual_stages = %d (every virtual stage holds as many layers); "
+              "change one of them",
+              chunks, c->num_hidden_layers, pp * chunks);
+        CHECK(c->gradient_accumulation_steps % pp == 0,
+              "training.gradient_accumulation_steps = %d is not divisible by distributed.pp_size "
+              "= %d, as distributed.pp_virtual_stages = %d needs (micro-batches enter the "
+              "interleaved pipeline in groups of pp)",
+              c->gradient_accumulation_steps, pp, chunks);
+    }
     CHECK(T <= c->max_position_embeddings,
           "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
           c->max_position_embeddings);

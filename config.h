@@ -6,8 +6,9 @@
 typedef struct {
     // distributed
     int tp_size, cp_size, pp_size, dp_size;
-    char pp_engine[16]; // "afab" or "1f1b"
-    char backend[16];   // "nccl" or "mpi" ("mpi" on the CPU)
+    char pp_engine[16];    // "afab" or "1f1b"
+    int pp_virtual_stages; // interleaved 1F1B: chunks of layers per pipeline rank (Megatron's)
+    char backend[16];      // "nccl" or "mpi" ("mpi" on the CPU)
     int use_cpu;
     int tp_async;          // async column-parallel linear (nanotron's)
     int sequence_parallel; // Megatron's: the residual stream split over the tokens on tp ranks

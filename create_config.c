@@ -41,6 +41,8 @@ static Flag flags[] = {
     SET("pp", A_INT, pp_size, "pipeline-parallel size"),
     SET("cp", A_INT, cp_size, "context-parallel size"),
     SET("pp_engine", A_STR, pp_engine, "pipeline schedule: afab or 1f1b"),
+    SET("pp_virtual_stages", A_INT, pp_virtual_stages,
+        "interleaved 1F1B: chunks of layers per pipeline rank (1: plain 1F1B)"),
     SET("backend", A_STR, backend, "collectives: nccl (GPU) or mpi"),
     SET("use_cpu", A_SWITCH, use_cpu, "train on the CPU build (its default)"),
     SET("tp_async", A_SWITCH, tp_async, "overlap the column-parallel all-reduce with compute"),

@@ -8,6 +8,9 @@
 // travels while earlier layers are still in backward. The optimizer waits for all buckets. While
 // micro-batches are accumulated, require_backward_grad_sync is 0 and nothing is sent: gradients add
 // up locally and one all-reduce per bucket serves the whole step.
+// A bucket counts the floats reported ready, so their order does not matter: an interleaved
+// pipeline reports each chunk's layers during that chunk's last backward (its last chunk first),
+// and a bucket may span two chunks.
 // The naive mode (distributed.dp_naive, picotron_tutorial's step 5) all-reduces each layer's
 // gradients the moment they are final, and waits: every byte's time shows in the step. The
 // bucketed mode's all-reduces travel while the backward goes on; data_parallel_wait measures how
@@ -73,6 +76,9 @@ void data_parallel_grads_ready(void *ctx, size_t offset, size_t count) {
         size_t first = offset > lo ? offset : lo, end = offset + count < hi ? offset + count : hi;
         if (first >= end) continue;
         dp->ready[b] += end - first;
+        if (dp->ready[b] > dp->size[b])
+            FAIL("the backward must report each gradient once per step",
+                 "bucket %d: %zu of its %zu floats reported ready", b, dp->ready[b], dp->size[b]);
         if (dp->ready[b] == dp->size[b]) {
             start_bucket(dp, b);
             dp->in_flight[b] = 1;

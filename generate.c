@@ -162,7 +162,10 @@ static void build_model(Model *model, ProcessGroupManager *pgm, Config *cfg, con
     int *positions = xmalloc((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++) positions[t] = t;
     ModelShard shard = {.tp = tensor_parallel_sizes(cfg, &pgm->tp),
-                        .stage = {0, cfg->num_hidden_layers, 1, 1},
+                        .stage = {.num_layers = cfg->num_hidden_layers,
+                                  .has_embedding = 1,
+                                  .has_head = 1,
+                                  .num_chunks = 1},
                         .positions = positions};
     model_init(model, cfg, pgm, &shard, 1);
     checkpoint_init_from(model, folder);
@@ -225,7 +228,7 @@ static void decode_step(Model *model, int pos, int token, const int *positions, 
 // slot, every layer's keys and values.
 static void forward_window(Model *model, const int *tokens, const int *zeros) {
     model_set_batch(model, 0, tokens, zeros);
-    model_forward(model, 0, 1.0f);
+    model_forward(model, 0, 0, 1.0f);
 }
 
 // splitmix64 (Steele et al.): the state steps by a constant, a mixer whitens it; 53 of its bits

@@ -30,7 +30,7 @@ void model_layout_params(Model *model, ModelWeights *w, float *base) {
         AttentionWeights *a = &w->layers[l].self_attn;
         MlpWeights *m = &w->layers[l].mlp;
 #define NAME(suffix)                                                                               \
-    (snprintf(n, sizeof n, "model.layers.%d.%s", model->stage.layer0 + l, suffix), n)
+    (snprintf(n, sizeof n, "model.layers.%d.%s", stage_global_layer(&model->stage, l), suffix), n)
         a->input_layernorm = model_add_param(model, base, NAME("input_layernorm.weight"), 1, hidden,
                                              REPLICATED, CONSTANT);
         a->q_proj = model_add_param(model, base, NAME("self_attn.q_proj.weight"), q_features,
@@ -191,28 +191,30 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
 static void layer_forward(Model *model, float *out, const Activations *a, int l) {
     const LayerWeights *w = &model->w.layers[l];
     const LayerActivations *s = &a->layers[l];
-    const float *x = a->resid + (size_t)l * model->Ns * model->C;
+    const float *x = model_layer_input(model, a, l);
     attention_forward(model, s->mid, &s->self_attn, x, &w->self_attn);
     mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
 }
 
-float model_forward(Model *model, int slot, float loss_scale) {
+float model_forward(Model *model, int slot, int chunk, float loss_scale) {
     Activations *a = &model->slots[slot];
     int N = model->B * model->T, C = model->C, V = model->V, Ns = model->Ns;
+    int per_chunk = model->L / model->stage.num_chunks;
     size_t NsC = (size_t)Ns * C;
     Group *tp = &model->pgm->tp;
-    if (++model->slots_in_use > model->peak_slots_in_use)
+    // a micro-batch holds its slot from its chunk 0's forward to its chunk 0's backward
+    if (chunk == 0 && ++model->slots_in_use > model->peak_slots_in_use)
         model->peak_slots_in_use = model->slots_in_use;
-    if (model->stage.has_embedding)
+    if (model->stage.has_embedding && chunk == 0)
         vocab_parallel_embedding_forward(a->resid, a->tokens, model->w.embed_tokens, N, C,
                                          model->vocab_start, V, tp, &model->sp);
-    for (int l = 0; l < model->L; l++) {
+    for (int l = chunk * per_chunk; l < (chunk + 1) * per_chunk; l++) {
         double start = trace_begin();
-        layer_forward(model, a->resid + (l + 1) * NsC, a, l);
-        trace_end(EV_LAYER_FORWARD, -1, model->stage.layer0 + l, start);
+        layer_forward(model, model_layer_input(model, a, l) + NsC, a, l);
+        trace_end(EV_LAYER_FORWARD, -1, stage_global_layer(&model->stage, l), start);
     }
-    if (!model->stage.has_head) return 0.0f;
-    rmsnorm_forward(a->lnf, a->rstdf, model_stage_output(model, slot), model->w.norm, Ns, C,
+    if (!model->stage.has_head || chunk < model->stage.num_chunks - 1) return 0.0f;
+    rmsnorm_forward(a->lnf, a->rstdf, model_stage_output(model, slot, chunk), model->w.norm, Ns, C,
                     model->cfg.rms_norm_eps);
     const float *lnf = gather_from_sequence_parallel_region(&model->sp, a->lnf); // (N, C)
     column_parallel_linear_forward(model->logits, lnf, model->w.lm_head, N, C, V);
@@ -229,15 +231,17 @@ static void grads_ready(Model *model, const float *first, const float *end) {
         model->on_grads_ready(model->hook_ctx, first - model->grads, end - first);
 }
 
-void model_backward(Model *model, float *input_grad, const float *output_grad, int slot) {
+void model_backward(Model *model, float *input_grad, const float *output_grad, int slot,
+                    int chunk) {
     Activations *a = &model->slots[slot];
     const ModelWeights *w = &model->w, *dw = &model->dw;
     int N = model->B * model->T, C = model->C, V = model->V;
+    int per_chunk = model->L / model->stage.num_chunks;
     size_t NsC = (size_t)model->Ns * C;
     SequenceParallel *sp = &model->sp;
-    // the residual stream's gradient, carried from the stage output down to its input
+    // the residual stream's gradient, carried from the chunk output down to its input
     float *dresid = input_grad ? input_grad : model->dresid;
-    if (model->stage.has_head) {
+    if (model->stage.has_head && chunk == model->stage.num_chunks - 1) {
         device_zero(dresid, NsC * sizeof(float));
         // forward: logits = lnf @ lm_head^T (column-parallel over the vocabulary)
         ColumnParallelGrad head = {dw->lm_head, w->lm_head, a->dlogits, V};
@@ -247,8 +251,8 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         column_parallel_linear_backward(dlnf, &head, 1, lnf, N, C, sp->tp, model->cfg.tp_async, sp);
         // forward: lnf = rmsnorm(resid[L]), on this rank's rows
         rmsnorm_backward(dresid, sequence_parallel_norm_grad(sp, dw->norm, 0),
-                         sequence_parallel_own_rows(sp, dlnf), model_stage_output(model, slot),
-                         w->norm, a->rstdf, model->Ns, C);
+                         sequence_parallel_own_rows(sp, dlnf),
+                         model_stage_output(model, slot, chunk), w->norm, a->rstdf, model->Ns, C);
         sequence_parallel_sum_norm_grads(sp, dw->norm, NULL);
         // the final norm and an untied head are the last tensors of model_layout_params
         grads_ready(model, dw->norm, model->grads + model->num_params);
@@ -257,7 +261,7 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
     } else {
         device_copy(dresid, output_grad, NsC * sizeof(float));
     }
-    for (int l = model->L - 1; l >= 0; l--) {
+    for (int l = (chunk + 1) * per_chunk - 1; l >= chunk * per_chunk; l--) {
         const LayerWeights *wl = &w->layers[l], *dwl = &dw->layers[l];
         const LayerActivations *s = &a->layers[l];
         double start = trace_begin();
@@ -265,20 +269,20 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         // again to refill what its backward reads; its output, already in resid[l+1], is dropped
         if (model->cfg.recompute) layer_forward(model, model->recompute_output, a, l);
         mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
-        attention_backward(model, dresid, &dwl->self_attn, &s->self_attn, a->resid + l * NsC,
-                           &wl->self_attn);
+        attention_backward(model, dresid, &dwl->self_attn, &s->self_attn,
+                           model_layer_input(model, a, l), &wl->self_attn);
         sequence_parallel_sum_norm_grads(sp, dwl->self_attn.input_layernorm,
                                          dwl->mlp.post_attention_layernorm);
-        trace_end(EV_LAYER_BACKWARD, -1, model->stage.layer0 + l, start);
+        trace_end(EV_LAYER_BACKWARD, -1, stage_global_layer(&model->stage, l), start);
         grads_ready(model, dwl->self_attn.input_layernorm,
                     dwl->mlp.down_proj + (size_t)C * model->I);
     }
-    if (model->stage.has_embedding) {
+    if (model->stage.has_embedding && chunk == 0) {
         // forward: resid[0] = embedding(tokens)
         const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
         vocab_parallel_embedding_backward(dw->embed_tokens, dout, a->tokens, N, C,
                                           model->vocab_start, V);
         grads_ready(model, dw->embed_tokens, dw->embed_tokens + (size_t)V * C);
     }
-    model->slots_in_use--;
+    if (chunk == 0) model->slots_in_use--;
 }

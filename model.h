@@ -28,12 +28,22 @@ typedef struct {
     int replicated_tp; // the same on every tp rank (norms): counted once in norms
 } ParamInfo;
 
-// The part of the network one pipeline stage runs (pipeline_parallel.c decides it)
+// The part of the network one pipeline stage runs (pipeline_parallel.c decides it): num_chunks
+// chunks of num_layers / num_chunks consecutive decoder layers, chunk k's first being global layer
+// layer0 + k * chunk_stride (one chunk, unless the pipeline is interleaved)
 typedef struct {
-    int layer0, num_layers; // global index of its first decoder layer, and how many
-    int has_embedding;      // the first stage embeds the tokens
-    int has_head;           // the last holds the final norm, the head and the loss
+    int layer0, num_layers; // global index of its first decoder layer, and how many in all
+    int has_embedding;      // the first stage embeds the tokens (in its chunk 0)
+    int has_head;           // the last: the final norm, the head and the loss (in its last chunk)
+    int num_chunks;         // distributed.pp_virtual_stages
+    int chunk_stride;       // global layers from one chunk's first to the next's (pp * per chunk)
 } PipelineStage;
+
+// the global index of the stage's local layer l (checkpoints and traces name layers by it)
+static inline int stage_global_layer(const PipelineStage *s, int l) {
+    int per_chunk = s->num_layers / s->num_chunks;
+    return s->layer0 + l / per_chunk * s->chunk_stride + l % per_chunk;
+}
 
 // What the parallel files decided for this rank, handed to model_init by train.c
 typedef struct {
@@ -82,7 +92,7 @@ typedef struct {
 // one micro-batch in flight (one slot each)
 typedef struct {
     int *tokens, *targets;    // (N) on the device
-    float *resid;             // (L+1, Ns, C): input of each layer, then the stage output
+    float *resid;             // (L+chunks, Ns, C): per chunk, its layers' inputs, then its output
     LayerActivations *layers; // (L): pointers into `memory`; recomputing, all into the shared layer
     float *lnf, *rstdf;       // (Ns, C), (Ns): final norm (last stage)
     float *dlogits;           // (N, V): gradient of the loss, computed with the forward
@@ -151,14 +161,17 @@ int model_param_counts_once(const Model *model, const ParamInfo *p);
 
 // tokens/targets: (B, T) host arrays of this rank's tokens (already split over cp)
 void model_set_batch(Model *model, int slot, const int *tokens, const int *targets);
-// First stage embeds the slot's tokens; other stages read model_stage_input(slot), filled by the
-// pipeline. The last stage computes the loss (returned, also in the slot) and dlogits, scaled by
-// loss_scale (1 / (tokens of this rank's micro-batch * grad_acc)).
-float model_forward(Model *model, int slot, float loss_scale);
-// The stage's backward, picotron's output_tensor_grad in and input_tensor_grad out:
-// output_grad (Ns, C) is the gradient of the stage output (NULL on the last stage: the loss gives
-// it); input_grad (Ns, C) receives the gradient of the stage input (NULL: not wanted, as on the
-// first stage, whose input is the tokens).
-void model_backward(Model *model, float *input_grad, const float *output_grad, int slot);
-float *model_stage_input(Model *model, int slot);  // (Ns, C) resid[0]
-float *model_stage_output(Model *model, int slot); // (Ns, C) resid[L]
+// The forward of the stage's chunk `chunk` (0 without interleaving). The first stage's chunk 0
+// embeds the slot's tokens; every other chunk reads model_stage_input(slot, chunk), filled by the
+// pipeline. The last stage's last chunk computes the loss (returned, also in the slot) and
+// dlogits, scaled by loss_scale (1 / (tokens of this rank's micro-batch * grad_acc)).
+float model_forward(Model *model, int slot, int chunk, float loss_scale);
+// The chunk's backward, picotron's output_tensor_grad in and input_tensor_grad out:
+// output_grad (Ns, C) is the gradient of the chunk output (NULL for the last stage's last chunk:
+// the loss gives it); input_grad (Ns, C) receives the gradient of the chunk input (NULL: not
+// wanted, as for the first stage's chunk 0, whose input is the tokens).
+void model_backward(Model *model, float *input_grad, const float *output_grad, int slot, int chunk);
+float *model_stage_input(Model *model, int slot, int chunk);  // (Ns, C) the chunk's first resid row
+float *model_stage_output(Model *model, int slot, int chunk); // (Ns, C) its last
+// (Ns, C) the resid row that holds the input of the stage's local layer l in slot a
+float *model_layer_input(const Model *model, const Activations *a, int l);

@@ -60,13 +60,13 @@ static size_t saved_floats(const Model *model) {
     return layer_activations_layout(NULL, NULL, model, model->Ns);
 }
 
-// A slot is one allocation: resid (L+1, Ns, C), then each layer's saved tensors (none when they
-// are recomputed), then the last stage's final norm and dlogits.
+// A slot is one allocation: resid (L+chunks, Ns, C), then each layer's saved tensors (none when
+// they are recomputed), then the last stage's final norm and dlogits.
 static size_t slot_floats(const Model *model) {
     size_t N = (size_t)model->B * model->T, Ns = model->Ns, L = model->L, C = model->C;
     size_t head = model->stage.has_head ? Ns * C + Ns + N * model->V : 0;
     size_t layers = model->cfg.recompute ? 0 : L * saved_floats(model);
-    return (L + 1) * Ns * C + layers + head;
+    return (L + model->stage.num_chunks) * Ns * C + layers + head;
 }
 
 // under recomputation: the one shared layer's saved tensors, then its output (Ns, C)
@@ -89,7 +89,7 @@ static void alloc_activations(Model *model, Activations *a) {
     a->layers = xmalloc((L ? L : 1) * sizeof(LayerActivations));
     float *p = a->memory;
     a->resid = p;
-    p += (L + 1) * Ns * C;
+    p += (L + model->stage.num_chunks) * Ns * C;
     for (size_t l = 0; l < L; l++) {
         if (model->cfg.recompute) // every layer saves into the one shared layer
             layer_activations_layout(&a->layers[l], model->recompute_memory, model, Ns);
@@ -203,12 +203,21 @@ void model_set_batch(Model *model, int slot, const int *tokens, const int *targe
     host_to_device(model->slots[slot].targets, targets, bytes);
 }
 
-float *model_stage_input(Model *model, int slot) {
-    return model->slots[slot].resid;
+// resid holds, chunk after chunk, the inputs of the chunk's layers and then its output: layer l
+// of chunk k = l / per_chunk reads row l + k, and writes the next
+float *model_layer_input(const Model *model, const Activations *a, int l) {
+    int per_chunk = model->L / model->stage.num_chunks;
+    return a->resid + (size_t)(l + l / per_chunk) * model->Ns * model->C;
 }
 
-float *model_stage_output(Model *model, int slot) {
-    return model->slots[slot].resid + (size_t)model->L * model->Ns * model->C;
+float *model_stage_input(Model *model, int slot, int chunk) {
+    return model_layer_input(model, &model->slots[slot],
+                             chunk * (model->L / model->stage.num_chunks));
+}
+
+float *model_stage_output(Model *model, int slot, int chunk) {
+    int last = (chunk + 1) * (model->L / model->stage.num_chunks) - 1; // the chunk's last layer
+    return model_layer_input(model, &model->slots[slot], last) + (size_t)model->Ns * model->C;
 }
 
 float *model_add_param(Model *model, float *base, const char *name, int rows, int cols,
@@ -257,7 +266,8 @@ int model_full_table(ParamInfo *table, const Config *cfg) {
     whole->pgm = &one;
     whole->D = cfg->hidden_size / cfg->num_attention_heads;
     whole->L = cfg->num_hidden_layers;
-    whole->stage = (PipelineStage){0, whole->L, 1, 1};
+    whole->stage =
+        (PipelineStage){.num_layers = whole->L, .has_embedding = 1, .has_head = 1, .num_chunks = 1};
     whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
     model_layout_params(whole, &whole->w, NULL);
     int n = whole->num_tensors;

@@ -52,6 +52,9 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
     split(&pgm->tp, GROUP_TP, (d * pp + p) * cp + c, t);
     split(&pgm->cp, GROUP_CP, (d * pp + p) * tp + t, c);
     split(&pgm->pp, GROUP_PP, (d * cp + c) * tp + t, p);
+    // the same ranks again, for the gradients of the interleaved pipeline's ring (its activations
+    // travel on pp): each direction is then its own stream of messages, matched in order
+    split(&pgm->pp_grad, GROUP_PP, (d * cp + c) * tp + t, p);
     // gradients are averaged over every rank that holds the same weights: same pp and tp
     split(&pgm->cp_dp, GROUP_DP, p * tp + t, d * cp + c);
 
@@ -73,6 +76,7 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
 void process_group_manager_free(ProcessGroupManager *pgm) {
     group_free(&pgm->embed);
     group_free(&pgm->cp_dp);
+    group_free(&pgm->pp_grad);
     group_free(&pgm->pp);
     group_free(&pgm->cp);
     group_free(&pgm->tp);

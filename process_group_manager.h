@@ -9,6 +9,7 @@ typedef struct {
     int tp_rank, cp_rank, pp_rank, dp_rank;
     int tp_size, cp_size, pp_size, dp_size;
     Group world, tp, cp, pp;
+    Group pp_grad;        // pp's ranks: the interleaved pipeline's gradients (pipeline_parallel.c)
     Group cp_dp;          // gradients and the loss are averaged over cp*dp
     Group embed;          // first and last pipeline stage: the tied embedding's two copies
     int pp_prev, pp_next; // ranks in pp (-1 at the ends)

@@ -309,7 +309,7 @@ static void print_memory_table(FILE *f, const RankReport *r, int ranks) {
 // What a learner compares between layouts. The deterministic figures come first on each line,
 // the measured ones after them, so that a tutorial can show the former and elide the latter.
 static void print_report(FILE *f, const RankReport *r, int ranks, const char *dp_mode, int grad_acc,
-                         const char *pp_engine) {
+                         const char *pp_engine, int virtual_stages) {
     int shown[GROUP_KINDS] = {0}, steps = tr.rest_steps ? tr.rest_steps : 1;
     if (ranks == 1) { // nothing travels: what one rank holds, to compare the layouts with
         print_memory_table(f, r, ranks);
@@ -336,11 +336,15 @@ static void print_report(FILE *f, const RankReport *r, int ranks, const char *dp
             mean += r[i].bubble / ranks;
             stage[i / below % p] += r[i].bubble * p / ranks; // ranks / p of them per stage
         }
+        // the step in chunk forwards: the fill's p-1, then V*m (interleaved, a chunk is 1/V stage)
+        int chunks = virtual_stages, length = chunks * grad_acc + p - 1;
+        char v[16] = "";
+        if (chunks > 1) snprintf(v, sizeof v, ", V=%d", chunks);
         fprintf(f,
-                "pipeline bubble (%s, pp=%d, grad_acc=%d): formula (p-1)/(m+p-1) = %d/%d = %.3f; "
-                "measured %.3f of the step (stages",
-                pp_engine, p, grad_acc, p - 1, grad_acc + p - 1,
-                (double)(p - 1) / (grad_acc + p - 1), mean);
+                "pipeline bubble (%s%s, pp=%d%s, grad_acc=%d): formula (p-1)/(%sm+p-1) = %d/%d = "
+                "%.3f; measured %.3f of the step (stages",
+                chunks > 1 ? "interleaved " : "", pp_engine, p, v, grad_acc, chunks > 1 ? "V*" : "",
+                p - 1, length, (double)(p - 1) / length, mean);
         for (int s = 0; s < p; s++) fprintf(f, " %.3f", stage[s]);
         fprintf(f, ")\n");
     }
@@ -356,11 +360,10 @@ static void print_report(FILE *f, const RankReport *r, int ranks, const char *dp
 
 static const char *event_name(char *buf, size_t size, const Event *e) {
     switch (e->kind) {
-    case EV_FORWARD:
-        snprintf(buf, size, "F%d", e->micro);
-        break;
+    case EV_FORWARD: // F<micro-batch>, and .<chunk> under an interleaved pipeline
     case EV_BACKWARD:
-        snprintf(buf, size, "B%d", e->micro);
+        snprintf(buf, size, e->layer >= 0 ? "%c%d.%d" : "%c%d", e->kind == EV_FORWARD ? 'F' : 'B',
+                 e->micro, e->layer);
         break;
     case EV_LAYER_FORWARD:
     case EV_LAYER_BACKWARD:
@@ -445,7 +448,10 @@ static void write_chrome_trace(const Event *ev, const int *counts, const RankRep
                     "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d",
                     event_category(e), name, i, e->kind == EV_STEP ? 2 : 0, ts, dur, e->step);
             if (e->micro >= 0) fprintf(f, ", \"micro_batch\": %d", e->micro);
-            if (e->layer >= 0) fprintf(f, ", \"layer\": %d", e->layer);
+            if (e->layer >= 0)
+                fprintf(f, ", \"%s\": %d",
+                        e->kind == EV_FORWARD || e->kind == EV_BACKWARD ? "chunk" : "layer",
+                        e->layer);
             fputs("}}", f);
         }
     }
@@ -529,7 +535,7 @@ static void write_timeline_svg(const char *path, const Event *ev, const int *cou
 }
 
 void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mode, int grad_acc,
-                  const char *pp_engine) {
+                  const char *pp_engine, int virtual_stages) {
     ProcessGroupManager *pgm = tr.pgm;
     fflush(stdout); // this rank's last lines go out before rank 0's report
     int ranks = pgm->world_size, me = pgm->global_rank;
@@ -542,7 +548,7 @@ void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mo
         size_t size = 0;
         FILE *f = open_memstream(&text, &size);
         if (!f) FAIL("out of memory?", "open_memstream failed");
-        print_report(f, all, ranks, dp_mode, grad_acc, pp_engine);
+        print_report(f, all, ranks, dp_mode, grad_acc, pp_engine, virtual_stages);
         fclose(f);
         fwrite(text, 1, size, stdout);
         fflush(stdout);

@@ -33,7 +33,8 @@ void trace_step_end(void);
 double trace_begin(void); // the start of a span: now
 // when this step's last forward or backward on this rank ended (data parallelism's overlap)
 double trace_compute_end(void);
-// a span [start, now] of this rank; micro -1 and layer -1 when they do not apply
+// a span [start, now] of this rank; micro -1 and layer -1 when they do not apply. A forward or
+// backward of one chunk of an interleaved pipeline passes the chunk as its layer.
 void trace_end(EventKind kind, int micro, int layer, double start);
 
 // The backend's two hooks: a communication starts (its bytes count), and it has ended, the rank
@@ -49,6 +50,7 @@ typedef struct {
 
 // At the end of the run, on every rank: the report (rank 0 prints it; on one rank only the
 // memory) and, with logging.trace, the files. dp_overlap: the share of the data-parallel
-// all-reduces' time in flight that overlapped the backward; dp_mode: "bucketed" or "naive"
+// all-reduces' time in flight that overlapped the backward; dp_mode: "bucketed" or "naive";
+// virtual_stages: distributed.pp_virtual_stages (the bubble's formula)
 void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mode, int grad_acc,
-                  const char *pp_engine);
+                  const char *pp_engine, int virtual_stages);

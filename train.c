@@ -107,10 +107,10 @@ static float train_step(Model *model, DataParallel *dp, MicroBatchDataLoader *lo
         model_set_batch(model, 0, loader->input_ids, loader->target_ids);
         dp->require_backward_grad_sync = micro == grad_acc - 1;
         double start = trace_begin();
-        loss += model_forward(model, 0, loss_scale) / grad_acc;
+        loss += model_forward(model, 0, 0, loss_scale) / grad_acc;
         trace_end(EV_FORWARD, micro, -1, start);
         start = trace_begin();
-        model_backward(model, NULL, NULL, 0);
+        model_backward(model, NULL, NULL, 0, 0);
         trace_end(EV_BACKWARD, micro, -1, start);
     }
     return loss;
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     int *positions = xmalloc(T * sizeof(int));
     context_parallel_positions(positions, pgm.cp_rank, pgm.cp_size, cfg.seq_length, cfg.cp_zigzag);
     ModelShard shard = {.tp = tensor_parallel_sizes(&cfg, &pgm.tp),
-                        .stage = pipeline_stage(cfg.num_hidden_layers, &pgm),
+                        .stage = pipeline_stage(&cfg, &pgm),
                         .positions = positions};
     Model model;
     model_init(&model, &cfg, &pgm, &shard, pipeline_num_slots(&cfg, pgm.pp_rank));
@@ -284,7 +284,7 @@ int main(int argc, char **argv) {
                  cfg.dp_naive ? "naive"
                  : cfg.zero1  ? "ZeRO-1"
                               : "bucketed",
-                 cfg.gradient_accumulation_steps, cfg.pp_engine);
+                 cfg.gradient_accumulation_steps, cfg.pp_engine, cfg.pp_virtual_stages);
     if (metrics) fclose(metrics);
     pipeline_parallel_free(&pipe);
     data_parallel_free(&dp);

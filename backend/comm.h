@@ -76,7 +76,8 @@ Handle all_gather_start(float *buf, size_t n, Group *g);
 void all_gather(float *buf, size_t n, Group *g);
 void send(const float *buf, size_t n, int dst, Group *g);
 void recv(float *buf, size_t n, int src, Group *g);
-// send to dst and receive from src at once (pipeline neighbours, the context ring)
+// send to dst and receive from src at once (pipeline neighbours, the context ring); a NULL
+// sendbuf or recvbuf skips that half
 void send_recv(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
 Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, size_t n, Group *g);
 void comm_wait(Handle *h); // the one place that waits: test, yield, repeat

@@ -21,12 +21,13 @@ harness_failures=0
 
 # run_layout NAME key=value...   keys: tp cp pp dp ga engine tied layers zigzag async sp mbs seq
 #                                clip warmup decay (gradient clipping and the lr schedule)
+#                                vstages (distributed.pp_virtual_stages, default 1)
 #                                save (save_frequency, default STEPS) load (checkpoint.load_path)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
-    local zero1=false sp=false
+    local zero1=false sp=false vstages=1
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -34,7 +35,7 @@ run_layout() {
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
                  "sequence_parallel": $sp,
-                 "bucket_size_mb": 1, "zero1": $zero1${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
+                 "bucket_size_mb": 1, "zero1": $zero1, "pp_virtual_stages": $vstages${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
            "vocab_size": 256, "tie_word_embeddings": $tied${HARNESS_MODEL_EXTRA:+, $HARNESS_MODEL_EXTRA}},

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sequence parallelism (distributed.sequence_parallel) splits the residual stream over the tokens
 # on the tp ranks; it changes memory and communication, never the numbers:
-#  1. tp2, tp4, tp2 x cp2, tp2 x pp2 (async column-parallel), tied embeddings over tp2 x pp2, and
-#     dp2 x tp2 x pp2 with ZeRO-1 and recomputation on, all with it, train to the one-rank losses
-#     and final weights within the harness's tolerances;
+#  1. tp2, tp4, tp2 x cp2, tp2 x pp2 (async column-parallel; and interleaved, V=2), tied
+#     embeddings over tp2 x pp2, and dp2 x tp2 x pp2 with ZeRO-1 and recomputation on, all with
+#     it, train to the one-rank losses and final weights within the harness's tolerances;
 #  2. the activations column of the end-of-run memory table equals, within MEMORY_TOL, what the
 #     shapes say each tp rank allocates, with and without it (tp2, a larger model), and that table
 #     is 95-100% of the allocator's own peak; the residual stream's part (resid, mid, the norms'
@@ -14,6 +14,7 @@ MEMORY_TOL=0.05
 
 run_layout base
 for layout in "tp2 tp=2" "tp4 tp=4" "tp2_cp2 tp=2 cp=2" "tp2_pp2 tp=2 pp=2 async=true" \
+    "tp2_pp2_interleaved tp=2 pp=2 vstages=2" \
     "dp2_tp2_pp2_zero1_recompute dp=2 tp=2 pp=2 ga=2 zero1=true recompute=true"; do
     set -- $layout
     name=${1}_sp; shift

@@ -16,7 +16,8 @@
 #      order, which must write the same bytes (a missing barrier shows there); then the
 #      mixture-of-experts layer's own test (tests/test_moe.c) on those kernels, the same way
 #   4. layouts against one rank (fp32, tests/layout_harness.sh's tolerances) with the nccl
-#      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks; nccl on a shared GPU
+#      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
+#      (pp2 x V2, its exchanges' one-sided halves); nccl on a shared GPU
 #      is refused in one line that suggests "mpi"
 # What it cannot show (speed, real concurrency, CUDA's libm) needs tests/gpu/check.sh on a GPU.
 # Runs in a copy of the tree: make GPU=emulate writes ./train, which the CPU tests use.
@@ -107,6 +108,7 @@ fi
     check_layout base tp2_async tp=2 async=true
     check_layout base tp2_sequence_parallel tp=2 sp=true
     check_layout base pp2_1f1b pp=2 engine=1f1b
+    check_layout base pp2_interleaved pp=2 vstages=2
     check_layout base cp2_zigzag cp=2 zigzag=true
     check_layout base dp2_tp2_pp2_afab dp=2 tp=2 pp=2 ga=2 engine=afab
     [ "$harness_failures" -eq 0 ]

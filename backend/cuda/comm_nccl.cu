@@ -356,6 +356,7 @@ void recv(float *buf, size_t n, int src, Group *g) {
     comm_wait(&h);
 }
 
+// A NULL buffer skips its half (the interleaved pipeline's exchanges)
 static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int src, size_t n,
                             Group *g, int async) {
     Handle h = handle_done();
@@ -363,30 +364,32 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
         if (recvbuf != sendbuf) device_copy(recvbuf, sendbuf, n * sizeof(float));
         return h;
     }
-    check_peer(dst, 1, "send_recv destination", g);
-    check_peer(src, 1, "send_recv source", g);
-    trace_comm_started(&h, g, OP_SEND_RECV, n * sizeof(float));
+    if (!sendbuf && !recvbuf) return h;
+    if (sendbuf) check_peer(dst, 1, "send_recv destination", g);
+    if (recvbuf) check_peer(src, 1, "send_recv source", g);
+    trace_comm_started(&h, g, p2p_op(sendbuf, recvbuf), sendbuf ? n * sizeof(float) : 0);
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
         // grouped, so the ring's simultaneous sends and receives cannot wait on each other
         ncclCheck(ncclGroupStart());
-        ncclCheck(ncclSend(sendbuf, n, ncclFloat, dst, (ncclComm_t)g->nccl, stream));
-        ncclCheck(ncclRecv(recvbuf, n, ncclFloat, src, (ncclComm_t)g->nccl, stream));
+        if (sendbuf) ncclCheck(ncclSend(sendbuf, n, ncclFloat, dst, (ncclComm_t)g->nccl, stream));
+        if (recvbuf) ncclCheck(ncclRecv(recvbuf, n, ncclFloat, src, (ncclComm_t)g->nccl, stream));
         ncclCheck(ncclGroupEnd());
         if (async) record_done(&h, g);
         return h;
     }
     int count = mpi_count(n, "send_recv");
     DeviceOp *op = op_new();
-    op->host = host_copy(sendbuf, n);
-    op->host_recv = (float *)xmalloc(n * sizeof(float));
+    op->host = sendbuf ? host_copy(sendbuf, n) : NULL;
+    op->host_recv = recvbuf ? (float *)xmalloc(n * sizeof(float)) : NULL;
     op->dst = recvbuf;
     op->dst_n = n;
     h.device_op = op;
     // the receive is posted before the send, so a ring that sends all at once never waits on itself
-    mpiCheck(MPI_Irecv(op->host_recv, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
-    mpiCheck(MPI_Isend(op->host, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[1]));
-    h.count = 2;
+    if (recvbuf)
+        mpiCheck(MPI_Irecv(op->host_recv, count, MPI_FLOAT, src, TAG, g->comm, &h.req[h.count++]));
+    if (sendbuf)
+        mpiCheck(MPI_Isend(op->host, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[h.count++]));
     return h;
 }
 
