@@ -202,6 +202,13 @@ check "long: completed ($(status resume/long))" test "$(status resume/long)" = c
 
 # ---- the timeout and the oom
 wait_jobs side/slow side2/oom
+# A job killed at its time limit may end its batch shell (which writes fail) before Slurm records
+# TIMEOUT; --status settles it once Slurm has, as a user's next --status would
+for _ in $(seq 15); do
+    [ "$(status side/slow)" = timeout ] && break
+    sleep 2
+    ./submit_slurm_jobs.sh --inp_dir "$tmp/side" --status >/dev/null
+done
 check "time limit: timeout ($(status side/slow))" test "$(status side/slow)" = timeout
 check "out of memory: oom ($(status side2/oom))" test "$(status side2/oom)" = oom
 echo "    all jobs done after $(($(date +%s) - t0))s"
