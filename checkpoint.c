@@ -159,6 +159,9 @@ static void check_architecture(const Config *cfg, const char *folder, const char
         {"tie_word_embeddings", saved.tie_word_embeddings, cfg->tie_word_embeddings},
         {"rope_theta", saved.rope_theta, cfg->rope_theta},
         {"rms_norm_eps", saved.rms_norm_eps, cfg->rms_norm_eps},
+        {"num_experts", saved.num_experts, cfg->num_experts},
+        {"num_experts_per_tok", saved.num_experts_per_tok, cfg->num_experts_per_tok},
+        {"moe_intermediate_size", saved.moe_intermediate_size, cfg->moe_intermediate_size},
     };
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
         if (keys[k].saved != keys[k].current)
@@ -174,6 +177,9 @@ static void architecture_fingerprint(char out[17], const Config *c) {
              c->intermediate_size, c->num_hidden_layers, c->num_attention_heads,
              c->num_key_value_heads, c->vocab_size, c->tie_word_embeddings, c->rope_theta,
              c->rms_norm_eps);
+    if (c->num_experts > 0) // a dense model's fingerprint stays what it was
+        snprintf(text + strlen(text), sizeof text - strlen(text), " moe %d %d %d", c->num_experts,
+                 c->num_experts_per_tok, c->moe_intermediate_size);
     snprintf(out, 17, "%016llx", (unsigned long long)hash_string(text));
 }
 

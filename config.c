@@ -59,6 +59,11 @@ static const Field fields[] = {
     KEY("model", "max_position_embeddings", T_INT, max_position_embeddings),
     KEY("model", "tie_word_embeddings", T_BOOL, tie_word_embeddings),
     KEY("model", "dtype", T_STR, dtype),
+    KEY("model", "num_experts", T_INT, num_experts),
+    KEY("model", "num_experts_per_tok", T_INT, num_experts_per_tok),
+    KEY("model", "moe_intermediate_size", T_INT, moe_intermediate_size),
+    KEY("model", "router_aux_loss_coef", T_FLOAT, router_aux_loss_coef),
+    KEY("model", "moe_capacity_factor", T_FLOAT, moe_capacity_factor),
     IGNORED("model", "use_flash_attention", "false"),
     IGNORED("model", "use_fused_adam", "false"),
     KEY("training", "seed", T_INT, seed),
@@ -189,6 +194,8 @@ void config_defaults(Config *cfg) {
     cfg->seq_length = 128;
     cfg->micro_batch_size = 4;
     cfg->gradient_accumulation_steps = 1;
+    cfg->num_experts_per_tok = 2;       // Mixtral's
+    cfg->router_aux_loss_coef = 0.001f; // transformers' Mixtral and Qwen2-MoE default
     strcpy(cfg->lr_decay, "constant");
     cfg->weight_decay = 0.01f;
     cfg->adam_beta1 = 0.9f;
@@ -373,6 +380,33 @@ static int one_of(const char *value, const char *a, const char *b) {
     return strcmp(value, a) == 0 || strcmp(value, b) == 0;
 }
 
+// a mixture-of-experts MLP (model.num_experts > 0)
+static void config_validate_experts(const Config *c) {
+    int E = c->num_experts, K = c->num_experts_per_tok, I = c->moe_intermediate_size;
+    CHECK(K >= 1 && K <= E, "model.num_experts_per_tok = %d must be 1..model.num_experts = %d", K,
+          E);
+    CHECK(I >= 1,
+          "model.moe_intermediate_size = %d must be at least 1 with model.num_experts = %d (each "
+          "expert's MLP size; Mixtral's equals model.intermediate_size)",
+          I, E);
+    CHECK(I % c->tp_size == 0,
+          "distributed.tp_size = %d does not divide model.moe_intermediate_size = %d (each tp "
+          "rank holds moe_intermediate_size/tp_size features of every expert)",
+          c->tp_size, I);
+    CHECK(c->router_aux_loss_coef >= 0,
+          "model.router_aux_loss_coef = %g is negative (0 turns the load-balancing loss off)",
+          c->router_aux_loss_coef);
+    CHECK(c->moe_capacity_factor >= 0,
+          "model.moe_capacity_factor = %g is negative (0: no capacity, or a factor such as 1.25)",
+          c->moe_capacity_factor);
+    // an expert keeps its first pairs in token order over the whole micro-batch, which cp splits
+    CHECK(c->moe_capacity_factor == 0 || c->cp_size == 1,
+          "model.moe_capacity_factor = %g needs distributed.cp_size = 1, not %d (the capacity "
+          "keeps an expert's first pairs in token order, and cp splits the sequence); set one of "
+          "them",
+          c->moe_capacity_factor, c->cp_size);
+}
+
 void config_validate(const Config *c) {
 #ifdef PICOTRON_GPU
     CHECK(!c->use_cpu, "distributed.use_cpu is true but this is the GPU build; run `make` for the "
@@ -402,6 +436,7 @@ void config_validate(const Config *c) {
         {"model.num_key_value_heads", c->num_key_value_heads, 1},
         {"model.vocab_size", c->vocab_size, 1},
         {"model.max_position_embeddings", c->max_position_embeddings, 1},
+        {"model.num_experts", c->num_experts, 0},
         {"training.total_train_steps", c->total_train_steps, 1},
         {"training.seq_length", c->seq_length, 1},
         {"training.micro_batch_size", c->micro_batch_size, 1},
@@ -505,6 +540,7 @@ void config_validate(const Config *c) {
               "interleaved pipeline in groups of pp)",
               c->gradient_accumulation_steps, pp, chunks);
     }
+    if (c->num_experts > 0) config_validate_experts(c);
     CHECK(T <= c->max_position_embeddings,
           "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
           c->max_position_embeddings);
@@ -624,6 +660,12 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
         {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
         {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
         {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
+        // a mixture of experts: Qwen2-MoE's names, and Mixtral's num_local_experts
+        {"num_experts", HF_INT, 0, offsetof(Config, num_experts)},
+        {"num_local_experts", HF_INT, 0, offsetof(Config, num_experts)},
+        {"num_experts_per_tok", HF_INT, 0, offsetof(Config, num_experts_per_tok)},
+        {"moe_intermediate_size", HF_INT, 0, offsetof(Config, moe_intermediate_size)},
+        {"router_aux_loss_coef", HF_FLOAT, 0, offsetof(Config, router_aux_loss_coef)},
     };
     cJSON *root = read_hf_json(path, who);
     // transformers 5 moved rope_theta into rope_parameters; older files keep it at the top
@@ -636,6 +678,7 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
     cfg->max_position_embeddings = 2048;
     cfg->tie_word_embeddings = 0;
     cfg->num_key_value_heads = 0; // 0 until read: then it defaults to the query heads
+    cfg->num_experts = cfg->moe_intermediate_size = 0;
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
         char *dst = (char *)cfg + keys[k].offset;
@@ -655,6 +698,8 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
         }
     }
     if (cfg->num_key_value_heads == 0) cfg->num_key_value_heads = cfg->num_attention_heads;
+    if (cfg->num_experts > 0 && cfg->moe_intermediate_size == 0) // Mixtral's experts
+        cfg->moe_intermediate_size = cfg->intermediate_size;
     const cJSON *head_dim = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
     if (cJSON_IsNumber(head_dim) && cfg->num_attention_heads > 0 &&
         head_dim->valuedouble != cfg->hidden_size / cfg->num_attention_heads)
@@ -696,6 +741,14 @@ int config_save_hf(const Config *c, const char *path) {
     for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
         cJSON_AddItemToObject(root, numbers[i].key,
                               number_json(numbers[i].value, numbers[i].is_float));
+    if (c->num_experts > 0) { // Qwen2-MoE's keys, which name the tensors as model_moe.c does
+        cJSON_AddNumberToObject(root, "num_experts", c->num_experts);
+        cJSON_AddNumberToObject(root, "num_experts_per_tok", c->num_experts_per_tok);
+        cJSON_AddNumberToObject(root, "moe_intermediate_size", c->moe_intermediate_size);
+        cJSON_AddItemToObject(root, "router_aux_loss_coef",
+                              number_json(c->router_aux_loss_coef, 1));
+        cJSON_AddBoolToObject(root, "norm_topk_prob", 1); // Mixtral's renormalised top-k
+    }
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON_AddBoolToObject(root, "attention_bias", 0);

@@ -22,6 +22,12 @@ typedef struct {
     int num_key_value_heads, vocab_size, max_position_embeddings, tie_word_embeddings;
     float rms_norm_eps, rope_theta;
     char dtype[16]; // "float32" or "bfloat16" (GPU only)
+    // mixture of experts (model_moe.c): num_experts 0 is the dense Llama; else every layer's MLP
+    // is num_experts SwiGLU experts of moe_intermediate_size features, num_experts_per_tok of
+    // them per token (Mixtral's router), with Switch's load-balancing loss times
+    // router_aux_loss_coef, and GShard's capacity ceil(factor * tokens * k / experts) (0: none)
+    int num_experts, num_experts_per_tok, moe_intermediate_size;
+    float router_aux_loss_coef, moe_capacity_factor;
     // training
     int seed;
     float learning_rate;

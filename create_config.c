@@ -60,6 +60,15 @@ static Flag flags[] = {
     SET("hidden_size", A_INT, hidden_size, "override the model's hidden size"),
     SET("intermediate_size", A_INT, intermediate_size, "override the model's MLP size"),
     SET("vocab_size", A_INT, vocab_size, "override the model's vocabulary size"),
+    SET("num_experts", A_INT, num_experts,
+        "mixture of experts: experts per layer, each MLP becomes a routed set (0: dense)"),
+    SET("num_experts_per_tok", A_INT, num_experts_per_tok, "experts each token is routed to"),
+    SET("moe_intermediate_size", A_INT, moe_intermediate_size,
+        "override each expert's MLP size (default: the model's intermediate_size)"),
+    SET("router_aux_loss_coef", A_FLOAT, router_aux_loss_coef,
+        "weight of the load-balancing loss in the training loss"),
+    SET("moe_capacity_factor", A_FLOAT, moe_capacity_factor,
+        "expert capacity: ceil(factor * tokens * k / experts) pairs, the rest dropped; 0: none"),
     SET("grad_acc_steps", A_INT, gradient_accumulation_steps, "gradient accumulation steps"),
     SET("mbs", A_INT, micro_batch_size, "micro-batch size, in sequences"),
     SET("seq_len", A_INT, seq_length, "sequence length, in tokens"),
@@ -241,6 +250,8 @@ int main(int argc, char **argv) {
     snprintf(cfg.run_name, sizeof cfg.run_name, "%s", exp_name);
     if (flag_value("trace")) snprintf(cfg.trace, sizeof cfg.trace, "%s/trace.json", run_path);
     apply_flags(&cfg);
+    if (cfg.num_experts > 0 && cfg.moe_intermediate_size == 0) // Mixtral's experts
+        cfg.moe_intermediate_size = cfg.intermediate_size;
     for (int i = 0; i < NUM_FLAGS; i++)
         if (flags[i].value && flags[i].type >= A_NOTE) printf("note: %s\n", flags[i].help);
     config_validate(&cfg);

@@ -13,7 +13,8 @@
 //                  computes the slot's row at the token's position from the rows before it, as
 //                  model_forward would have: each token costs one position.
 // Only backend kernels touch device memory, so the GPU build runs it too (both ways give the
-// fixture's ids on the CUDA emulator, make GPU=emulate).
+// fixture's ids on the CUDA emulator, make GPU=emulate). A mixture-of-experts model (num_experts
+// in its config.json) takes the first way: each token's experts depend on that token alone.
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -353,6 +354,8 @@ int main(int argc, char **argv) {
     Config cfg;
     config_defaults(&cfg);
     config_read_hf(&cfg, folder, "generate: --checkpoint");
+    // decode_step is the dense MLP's: a mixture of experts runs the training forward each token
+    if (cfg.num_experts > 0) args.kv_cache = 0;
 
     Tokenizer *tok = args.tokenizer ? tokenizer_load(args.tokenizer) : NULL;
     size_t P;

@@ -43,6 +43,10 @@ void model_layout_params(Model *model, ModelWeights *w, float *base) {
                                     q_features, ROW_PARALLEL, UNIFORM);
         m->post_attention_layernorm = model_add_param(
             model, base, NAME("post_attention_layernorm.weight"), 1, hidden, REPLICATED, CONSTANT);
+        if (c->num_experts > 0) { // a mixture of experts instead of the one MLP
+            moe_layout_params(model, m, base, stage_global_layer(&model->stage, l));
+            continue;
+        }
         m->gate_proj = model_add_param(model, base, NAME("mlp.gate_proj.weight"), features, hidden,
                                        COLUMN_PARALLEL, UNIFORM);
         m->up_proj = model_add_param(model, base, NAME("mlp.up_proj.weight"), features, hidden,
@@ -190,10 +194,13 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
 // the slot's own tensors, or under recomputation the one layer's worth all slots share.
 static void layer_forward(Model *model, float *out, const Activations *a, int l) {
     const LayerWeights *w = &model->w.layers[l];
-    const LayerActivations *s = &a->layers[l];
+    LayerActivations *s = &a->layers[l];
     const float *x = model_layer_input(model, a, l);
     attention_forward(model, s->mid, &s->self_attn, x, &w->self_attn);
-    mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
+    if (model->cfg.num_experts > 0)
+        moe_mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
+    else
+        mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
 }
 
 float model_forward(Model *model, int slot, int chunk, float loss_scale) {
@@ -268,14 +275,16 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         // full recomputation (model_memory.c): the forward kept only resid[l], so run the layer
         // again to refill what its backward reads; its output, already in resid[l+1], is dropped
         if (model->cfg.recompute) layer_forward(model, model->recompute_output, a, l);
-        mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
+        if (model->cfg.num_experts > 0)
+            moe_mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp, l);
+        else
+            mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
         attention_backward(model, dresid, &dwl->self_attn, &s->self_attn,
                            model_layer_input(model, a, l), &wl->self_attn);
         sequence_parallel_sum_norm_grads(sp, dwl->self_attn.input_layernorm,
                                          dwl->mlp.post_attention_layernorm);
         trace_end(EV_LAYER_BACKWARD, -1, stage_global_layer(&model->stage, l), start);
-        grads_ready(model, dwl->self_attn.input_layernorm,
-                    dwl->mlp.down_proj + (size_t)C * model->I);
+        grads_ready(model, dwl->self_attn.input_layernorm, mlp_grads_end(model, &dwl->mlp));
     }
     if (model->stage.has_embedding && chunk == 0) {
         // forward: resid[0] = embedding(tokens)

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include "config.h"
 #include "context_parallel.h"
+#include "moe.h"
 #include "process_group_manager.h"
 #include "tensor_parallel.h"
 
@@ -59,6 +60,7 @@ typedef struct {
 } AttentionWeights;
 typedef struct {
     float *post_attention_layernorm, *gate_proj, *up_proj, *down_proj;
+    MoeWeights moe; // model.num_experts > 0: the router and the experts instead of gate, up, down
 } MlpWeights;
 typedef struct {
     AttentionWeights self_attn;
@@ -81,7 +83,8 @@ typedef struct {
 } AttentionActivations;
 typedef struct {
     float *ln2, *rstd2;     // (Ns, C), (Ns): post_attention_layernorm's output and 1/rms
-    float *gate, *up, *act; // (N, I): act = silu(gate) * up
+    float *gate, *up, *act; // (N, I): act = silu(gate) * up (none with experts)
+    MoeActivations moe;     // with experts: the router's choices and each expert's rows
 } MlpActivations;
 typedef struct {
     AttentionActivations self_attn;
@@ -99,6 +102,16 @@ typedef struct {
     float loss;               // mean over this rank's tokens of the micro-batch
     float *memory;            // the slot's one device allocation
 } Activations;
+
+// The mixture of experts' numbers (model_moe.c), on the host: the step's so far, then the run's
+typedef struct {
+    double aux;  // this rank's part of the step's load-balancing loss (its layers, micro-batches)
+    float *step; // (num_hidden_layers, E + 1): this step's pairs routed to each expert, then the
+                 // pairs dropped, of this stage's layers (global index), its micro-batches
+    float *reduced; // (1 + num_hidden_layers * (E + 1)) device: aux and step, summed over ranks
+    double *run;    // (num_hidden_layers, E + 2): the steps' sums of step's rows, then of max/mean
+    int steps;
+} MoeStats;
 
 typedef struct Model {
     Config cfg;
@@ -130,6 +143,11 @@ typedef struct Model {
     VocabParallelLossBuffers loss_buffers;
     float *scalar; // (1): a device float for one-float all-reduces (the step's loss, the grad norm)
     RingAttention ring;
+    // mixture of experts (cfg.num_experts > 0): one layer's sizes, the backward's buffers shared
+    // by every layer and slot, and the statistics of the load
+    MoeSizes moe;
+    MoeGrads moe_grads;
+    MoeStats moe_stats;
     // data parallelism's backward hook (picotron's register_backward_hook): called as the
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
@@ -175,3 +193,26 @@ float *model_stage_input(Model *model, int slot, int chunk);  // (Ns, C) the chu
 float *model_stage_output(Model *model, int slot, int chunk); // (Ns, C) its last
 // (Ns, C) the resid row that holds the input of the stage's local layer l in slot a
 float *model_layer_input(const Model *model, const Activations *a, int l);
+
+// model_moe.c: the mixture-of-experts MLP that replaces a layer's MLP when cfg.num_experts > 0.
+// Its tensors in the table (global layer index layer), as model_layout_params's MLP part
+void moe_layout_params(Model *model, MlpWeights *m, float *base, int layer);
+// out (Ns, C) = mid + moe(ln2), ln2 = rmsnorm(mid); s receives what the backward needs
+void moe_mlp_forward(Model *model, float *out, MlpActivations *s, const float *mid,
+                     const MlpWeights *w);
+// dresid holds d(out) on entry and d(mid) on return; counts the load of local layer l's step
+void moe_mlp_backward(Model *model, float *dresid, const MlpWeights *dw, const MlpActivations *s,
+                      const float *mid, const MlpWeights *w, int l);
+// the end of an MLP's tensors in the buffer that dw points into (dense or experts)
+const float *mlp_grads_end(const Model *model, const MlpWeights *dw);
+// for model_memory.c: one layer's sizes, the backward's buffers, the statistics; their device bytes
+void moe_alloc_buffers(Model *model);
+size_t moe_shared_bytes(const Model *model);
+void moe_free_buffers(Model *model);
+// The step's losses over the whole global batch, as one rank's run gives them (every rank calls
+// it after the step): returns the cross-entropy averaged over the cp*dp replicas; *aux gets the
+// load-balancing loss (the mean over layers of each layer's, averaged over the micro-batches;
+// 0 for a dense model), and the run's statistics of the load take the step's
+float model_step_losses(Model *model, float loss, float *aux);
+// the load per expert over the run, and the pairs dropped (nothing for a dense model)
+void moe_report(const Model *model);

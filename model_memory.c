@@ -33,10 +33,12 @@ typedef struct {
 } SavedTensor;
 
 // floats one layer saves, `rows` of each residual-stream tensor; with `base`, also points s's
-// fields at consecutive ranges of it
+// fields at consecutive ranges of it. A mixture of experts replaces gate, up and act by its own
+// saved tensors (moe.c lays them out; with_experts 0 leaves them out: the backward's gradients)
 static size_t layer_activations_layout(LayerActivations *s, float *base, const Model *m,
-                                       size_t rows) {
-    size_t C = m->C, HD = (size_t)m->H * m->D, KVD = (size_t)m->KV * m->D, I = m->I;
+                                       size_t rows, int with_experts) {
+    int experts = m->cfg.num_experts > 0;
+    size_t C = m->C, HD = (size_t)m->H * m->D, KVD = (size_t)m->KV * m->D, I = experts ? 0 : m->I;
 #define ROW(f, w, residual)                                                                        \
     { offsetof(LayerActivations, f), (w), (residual) }
     const SavedTensor table[] = {
@@ -52,12 +54,16 @@ static size_t layer_activations_layout(LayerActivations *s, float *base, const M
         if (base) *(float **)((char *)s + table[i].field) = base + used;
         used += (table[i].residual ? rows : N) * table[i].width;
     }
+    if (experts && with_experts) {
+        if (base) moe_activations_place(&s->mlp.moe, base + used, &m->moe);
+        used += moe_activations_bytes(&m->moe) / sizeof(float); // whole 256-byte pieces
+    }
     return used;
 }
 
 // the floats of one layer's saved tensors in a slot: Ns rows of the residual stream's
 static size_t saved_floats(const Model *model) {
-    return layer_activations_layout(NULL, NULL, model, model->Ns);
+    return layer_activations_layout(NULL, NULL, model, model->Ns, 1);
 }
 
 // A slot is one allocation: resid (L+chunks, Ns, C), then each layer's saved tensors (none when
@@ -92,9 +98,9 @@ static void alloc_activations(Model *model, Activations *a) {
     p += (L + model->stage.num_chunks) * Ns * C;
     for (size_t l = 0; l < L; l++) {
         if (model->cfg.recompute) // every layer saves into the one shared layer
-            layer_activations_layout(&a->layers[l], model->recompute_memory, model, Ns);
+            layer_activations_layout(&a->layers[l], model->recompute_memory, model, Ns, 1);
         else
-            p += layer_activations_layout(&a->layers[l], p, model, Ns);
+            p += layer_activations_layout(&a->layers[l], p, model, Ns, 1);
     }
     if (model->stage.has_head) {
         a->lnf = p;
@@ -125,6 +131,7 @@ void model_rope_tables(Model *model, const int *positions) {
 }
 
 void model_alloc_buffers(Model *model, int num_slots) {
+    if (model->cfg.num_experts > 0) moe_alloc_buffers(model); // first: the layers' sizes need it
     ring_attention_init(&model->ring, &model->pgm->cp, model->B, model->cfg.seq_length, model->H,
                         model->KV, model->D, model->cfg.cp_zigzag);
     if (model->cfg.recompute) {
@@ -143,8 +150,9 @@ void model_alloc_buffers(Model *model, int num_slots) {
 
     // the backward's gradients: one layer's worth, laid out as a layer's saved tensors but for
     // all N rows (under sequence parallelism the column-parallel backward reduce-scatters in them)
-    model->d_memory = device_malloc(layer_activations_layout(NULL, NULL, model, N) * sizeof(float));
-    layer_activations_layout(&model->d, model->d_memory, model, N);
+    size_t d_floats = layer_activations_layout(NULL, NULL, model, N, 0);
+    model->d_memory = device_malloc(d_floats * sizeof(float));
+    layer_activations_layout(&model->d, model->d_memory, model, N, 0);
     model->dresid = device_malloc((size_t)model->Ns * model->C * sizeof(float));
     if (model->stage.has_head) {
         model->logits = device_malloc(N * model->V * sizeof(float));
@@ -161,9 +169,11 @@ void model_alloc_buffers(Model *model, int num_slots) {
 // tokens and targets) and the buffers every slot shares: the backward's, and recomputation's
 size_t model_activation_bytes(const Model *model, int slots) {
     size_t N = (size_t)model->B * model->T;
-    size_t backward = layer_activations_layout(NULL, NULL, model, N) + (size_t)model->Ns * model->C;
+    size_t backward =
+        layer_activations_layout(NULL, NULL, model, N, 0) + (size_t)model->Ns * model->C;
     backward += model->stage.has_head ? N * model->V + 4 * N + 1 : 0;
     size_t shared = backward + recompute_floats(model) + sequence_parallel_floats(model) + 1;
+    if (model->cfg.num_experts > 0) shared += moe_shared_bytes(model) / sizeof(float);
     return (slots * (slot_floats(model) + 2 * N) + shared) * sizeof(float);
 }
 
@@ -173,8 +183,11 @@ void model_free(Model *model) {
         device_free(a->memory);
         device_free(a->tokens);
         device_free(a->targets);
+        for (int l = 0; l < model->L && model->cfg.num_experts > 0; l++)
+            moe_activations_free_host(&a->layers[l].mlp.moe);
         free(a->layers);
     }
+    if (model->cfg.num_experts > 0) moe_free_buffers(model);
     float *buffers[] = {model->params,
                         model->grads,
                         model->rope_cos,
@@ -272,6 +285,7 @@ int model_full_table(ParamInfo *table, const Config *cfg) {
     model_layout_params(whole, &whole->w, NULL);
     int n = whole->num_tensors;
     memcpy(table, whole->table, n * sizeof(ParamInfo));
+    for (int l = 0; l < whole->L; l++) free(whole->w.layers[l].mlp.moe.experts);
     free(whole->w.layers);
     free(whole);
     return n;

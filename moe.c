@@ -11,9 +11,13 @@
 //   experts: out_sorted = down(silu(gate(x_sorted)) * up(x_sorted)), each expert on its rows
 //   combine: y[n] = sum_j w[n, j] * out_sorted[pos[n, j]]
 //   aux:     E * sum_e f_e * P_e, f_e the fraction of pairs routed to e (before drops), P_e the
-//            mean prob of e: smallest when the load is uniform (Switch Transformer, eq. 4-6)
-// The backward runs these lines in reverse. Only the expert offsets (E+1 ints) come to the host:
-// each expert's matmul needs its number of rows there.
+//            mean prob of e: smallest when the load is uniform (Switch Transformer, eq. 4-6).
+//            Both are sums over the micro-batch's tokens divided by their number, so when context
+//            parallelism splits a micro-batch, the E pair counts and E prob sums are summed over
+//            the cp ranks first (one all-reduce of 2E floats) and every rank forms the same aux.
+// The backward runs these lines in reverse. Only the expert offsets (E+1 ints) and the load (2E
+// floats) come to the host: each expert's matmul needs its number of rows there, and aux is
+// formed there.
 #include <math.h>
 #include "moe.h"
 #include "backend/backend.h"
@@ -53,20 +57,38 @@ static size_t activations_layout(MoeActivations *a, char *base, const MoeSizes *
     a->x_sorted = piece(base, &o, N * K * C * f), a->out_sorted = piece(base, &o, N * K * C * f);
     a->gate = piece(base, &o, N * K * I * f), a->up = piece(base, &o, N * K * I * f);
     a->act = piece(base, &o, N * K * I * f);
-    a->aux = piece(base, &o, f);
+    a->load = piece(base, &o, 2 * E * f);
     return o;
 }
 
-void moe_activations_alloc(MoeActivations *a, const MoeSizes *s) {
-    a->memory = device_malloc(activations_layout(a, NULL, s));
-    activations_layout(a, a->memory, s);
+size_t moe_activations_bytes(const MoeSizes *s) {
+    MoeActivations a;
+    return activations_layout(&a, NULL, s);
+}
+
+void moe_activations_place(MoeActivations *a, void *memory, const MoeSizes *s) {
+    activations_layout(a, memory, s);
+    a->memory = NULL; // the caller's
     a->offsets_host = xmalloc((size_t)(s->E + 1) * sizeof(int));
-    a->dropped = 0;
+    a->load_host = xmalloc(2 * (size_t)s->E * sizeof(float));
+    a->tokens = a->dropped = 0;
+    a->aux = 0.0f;
+}
+
+void moe_activations_free_host(MoeActivations *a) {
+    free(a->offsets_host);
+    free(a->load_host);
+}
+
+void moe_activations_alloc(MoeActivations *a, const MoeSizes *s) {
+    void *memory = device_malloc(moe_activations_bytes(s));
+    moe_activations_place(a, memory, s);
+    a->memory = memory;
 }
 
 void moe_activations_free(MoeActivations *a) {
     device_free(a->memory);
-    free(a->offsets_host);
+    moe_activations_free_host(a);
 }
 
 static size_t grads_layout(MoeGrads *g, char *base, const MoeSizes *s) {
@@ -78,8 +100,13 @@ static size_t grads_layout(MoeGrads *g, char *base, const MoeSizes *s) {
     return o;
 }
 
+size_t moe_grads_bytes(const MoeSizes *s) {
+    MoeGrads g;
+    return grads_layout(&g, NULL, s);
+}
+
 void moe_grads_alloc(MoeGrads *g, const MoeSizes *s) {
-    g->memory = device_malloc(grads_layout(g, NULL, s));
+    g->memory = device_malloc(moe_grads_bytes(s));
     grads_layout(g, g->memory, s);
 }
 
@@ -87,15 +114,29 @@ void moe_grads_free(MoeGrads *g) {
     device_free(g->memory);
 }
 
+// aux = E * sum_e f_e * P_e from the micro-batch's load: pairs and prob sums of each expert over
+// its tokens, whichever ranks hold them
+static float aux_loss(MoeActivations *a, const MoeSizes *s, Group *cp) {
+    int E = s->E;
+    moe_load(a->load, a->probs, a->counts, s->N, E);
+    if (cp) all_reduce(a->load, 2 * (size_t)E, REDUCE_SUM, cp);
+    device_to_host(a->load_host, a->load, 2 * (size_t)E * sizeof(float));
+    a->tokens = s->N * (cp ? cp->size : 1);
+    double total = 0.0;
+    for (int e = 0; e < E; e++) total += (double)a->load_host[e] * a->load_host[E + e];
+    double tokens = a->tokens;
+    return a->tokens > 0 ? (float)(E * total / (tokens * tokens)) : 0.0f;
+}
+
 float moe_forward(float *y, MoeActivations *a, const float *x, const MoeWeights *w,
-                  const MoeSizes *s) {
+                  const MoeSizes *s, Group *cp) {
     int N = s->N, C = s->C, I = s->I, E = s->E, K = s->K;
     // router: logits = x @ Wg^T; softmax; top-K; renormalise
     matmul_forward(a->logits, x, w->router, N, C, E);
     moe_router_forward(a->probs, a->topk_ids, a->topk_w, a->logits, N, E, K);
     // sort the pairs by expert; the load-balancing loss counts them before capacity drops
     moe_dispatch(a->counts, a->offsets, a->pos, a->topk_ids, N, E, K, s->capacity);
-    moe_aux_loss(a->aux, a->probs, a->counts, N, E);
+    a->aux = aux_loss(a, s, cp);
     device_to_host(a->offsets_host, a->offsets, (size_t)(E + 1) * sizeof(int));
     const int *off = a->offsets_host;
     a->dropped = N * K - off[E];
@@ -116,13 +157,17 @@ float moe_forward(float *y, MoeActivations *a, const float *x, const MoeWeights 
     }
     // combine: each token's kept pairs, weighted
     moe_combine_forward(y, a->out_sorted, a->topk_w, a->pos, N, C, K);
-    float aux;
-    device_to_host(&aux, a->aux, sizeof aux);
-    return aux;
+    return a->aux;
 }
 
 void moe_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const float *dy, float aux_scale,
                   const MoeActivations *a, const float *x, const MoeWeights *w, const MoeSizes *s) {
+    moe_experts_backward(dx, dw, g, dy, a, w, s);
+    moe_router_grad(dx, dw, g, aux_scale, a, x, w, s);
+}
+
+void moe_experts_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const float *dy,
+                          const MoeActivations *a, const MoeWeights *w, const MoeSizes *s) {
     int N = s->N, C = s->C, I = s->I, E = s->E, K = s->K;
     const int *off = a->offsets_host;
     size_t rows_kept = off[E], f = sizeof(float);
@@ -155,10 +200,16 @@ void moe_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const float *dy,
     }
     // forward: x_sorted[pos[n, j]] = x[n]
     moe_gather_backward(dx, g->dsorted, a->pos, N, C, K);
+}
+
+void moe_router_grad(float *dx, const MoeWeights *dw, MoeGrads *g, float aux_scale,
+                     const MoeActivations *a, const float *x, const MoeWeights *w,
+                     const MoeSizes *s) {
+    int N = s->N, C = s->C, E = s->E, K = s->K;
     // forward: probs, topk_w = router(logits), and aux = E * sum_e f_e * P_e (f_e constant)
-    device_zero(g->dlogits, (size_t)N * E * f);
-    moe_router_backward(g->dlogits, g->dtopk_w, a->probs, a->topk_ids, a->topk_w, a->counts,
-                        aux_scale, N, E, K);
+    device_zero(g->dlogits, (size_t)N * E * sizeof(float));
+    moe_router_backward(g->dlogits, g->dtopk_w, a->probs, a->topk_ids, a->topk_w, a->load,
+                        aux_scale, a->tokens, N, E, K);
     // forward: logits = x @ Wg^T
     matmul_backward(dx, dw->router, g->dlogits, x, w->router, N, C, E);
 }

@@ -5,6 +5,7 @@
 // token (Mixtral: E = 8, K = 2). Every tensor lives on the device; this file only passes pointers.
 #pragma once
 #include <stddef.h>
+#include "backend/comm.h"
 
 // one expert, a SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x))
 typedef struct {
@@ -38,10 +39,13 @@ typedef struct {
     float *x_sorted;        // (N*K, C): the kept pairs' inputs, grouped by expert
     float *gate, *up, *act; // (N*K, I): act = silu(gate) * up
     float *out_sorted;      // (N*K, C): each kept pair's expert output
-    float *aux;             // (1): the load-balancing loss
+    float *load;            // (2E): moe_load's, summed over the ranks that hold the micro-batch
     int *offsets_host;      // (E+1): offsets, copied to the host to size each expert's products
+    float *load_host;       // (2E): load on the host, where aux is formed
+    int tokens;             // the micro-batch's tokens (N times the ranks that split it)
+    float aux;              // the load-balancing loss of the micro-batch
     int dropped;            // pairs the capacity dropped in the last forward
-    void *memory;           // the one device allocation
+    void *memory;           // the one device allocation (moe_activations_alloc's)
 } MoeActivations;
 
 // The backward's buffers, which any number of saved micro-batches can share
@@ -56,15 +60,33 @@ typedef struct {
 
 void moe_activations_alloc(MoeActivations *a, const MoeSizes *s);
 void moe_activations_free(MoeActivations *a);
+// The same in a caller's memory (the model's activation slots): the device bytes a layer's saved
+// tensors take, and a laid out over memory (those bytes, 256-byte pieces) with its own host arrays
+size_t moe_activations_bytes(const MoeSizes *s);
+void moe_activations_place(MoeActivations *a, void *memory, const MoeSizes *s);
+void moe_activations_free_host(MoeActivations *a);
 void moe_grads_alloc(MoeGrads *g, const MoeSizes *s);
 void moe_grads_free(MoeGrads *g);
+size_t moe_grads_bytes(const MoeSizes *s);
 
 // y (N, C) = sum over each token's K experts of weight * expert(x); returns the load-balancing
 // loss aux = E * sum_e f_e * P_e (Switch Transformer), which the caller scales by
-// router_aux_loss_coef. Fills a for the backward.
+// router_aux_loss_coef. Fills a for the backward. y may be x's buffer: x is read before y is
+// written. cp: the ranks that hold the other tokens of the micro-batch (context parallelism),
+// over which f and P are summed (E + E floats); NULL: these N tokens are the whole micro-batch.
 float moe_forward(float *y, MoeActivations *a, const float *x, const MoeWeights *w,
-                  const MoeSizes *s);
+                  const MoeSizes *s, Group *cp);
 // dx (N, C) += and every tensor of dw += the gradient of sum(y * dy) + aux_scale * aux, aux_scale
 // being d loss / d aux (router_aux_loss_coef times the loss's own scale); a from moe_forward on x.
+// It is the two halves below, which tensor parallelism separates (model_moe.c).
 void moe_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const float *dy, float aux_scale,
                   const MoeActivations *a, const float *x, const MoeWeights *w, const MoeSizes *s);
+// The combine's and the experts' half: dx += the experts' input gradient, dw's experts +=, and
+// g->dtopk_w (N, K) = dy . each pair's expert output
+void moe_experts_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const float *dy,
+                          const MoeActivations *a, const MoeWeights *w, const MoeSizes *s);
+// The router's half, from g->dtopk_w and the aux loss: g->dlogits (N, E), dw->router += and,
+// unless dx is NULL, dx (N, C) += dlogits @ router
+void moe_router_grad(float *dx, const MoeWeights *dw, MoeGrads *g, float aux_scale,
+                     const MoeActivations *a, const float *x, const MoeWeights *w,
+                     const MoeSizes *s);

@@ -116,15 +116,6 @@ static float train_step(Model *model, DataParallel *dp, MicroBatchDataLoader *lo
     return loss;
 }
 
-// the step's loss over the whole global batch: the mean over the cp*dp replicas
-static float average_loss_across_dp_cp_ranks(Model *model, float loss) {
-    float *buf = model->scalar;
-    host_to_device(buf, &loss, sizeof(float));
-    all_reduce(buf, 1, REDUCE_AVG, &model->pgm->cp_dp);
-    device_to_host(&loss, buf, sizeof(float));
-    return loss;
-}
-
 // one line per step in picotron's format; peak: FLOP/s of one rank's device (0: unknown)
 static void log_step(const Model *model, int step, float loss, long tokens_per_step,
                      long tokens_seen, double seconds, int world_size, double peak) {
@@ -235,7 +226,8 @@ int main(int argc, char **argv) {
         }
         optimizer_step(&opt, model.params, model.grads, learning_rate_at(&cfg, step));
         trace_end(EV_OPTIMIZER, -1, -1, optimizer_start);
-        loss = average_loss_across_dp_cp_ranks(&model, loss);
+        float aux; // the load-balancing loss (mixture of experts); the loss stays the CE
+        loss = model_step_losses(&model, loss, &aux);
         device_synchronize();
         trace_step_end();
         double seconds = now_seconds() - start;
@@ -245,8 +237,10 @@ int main(int argc, char **argv) {
             log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size,
                      peak);
         if (logger && metrics) {
-            fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f}\n",
+            fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f",
                     step, loss, tokens_seen, seconds);
+            if (cfg.num_experts > 0) fprintf(metrics, ", \"aux_loss\": %.9g", aux);
+            fprintf(metrics, "}\n");
             fflush(metrics);
         }
         int save = cfg.save_frequency > 0 && step % cfg.save_frequency == 0;
@@ -269,6 +263,7 @@ int main(int argc, char **argv) {
         printf("[rank %d] data parallel: %d bucket %s of %d started during backward\n",
                pgm.global_rank, dp.started_during_backward,
                cfg.zero1 ? "reduce-scatters" : "all-reduces", dp.num_buckets * steps_run);
+    if (logger) moe_report(&model);
     if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
         printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
                pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);

@@ -194,6 +194,9 @@ double flops_per_token(const Config *c) {
     double C = c->hidden_size, D = C / c->num_attention_heads, I = c->intermediate_size;
     double HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
     double layer = 2 * C + 2 * C * HD + 2 * C * KVD + 3 * C * I;
+    if (c->num_experts > 0) // a token passes the router and K experts: the parameters it uses
+        layer += c->num_experts * C +
+                 3 * C * ((double)c->num_experts_per_tok * c->moe_intermediate_size - I);
     double params = c->num_hidden_layers * layer + C +
                     (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2);
     return 6 * params + 12.0 * c->num_hidden_layers * HD * c->seq_length;

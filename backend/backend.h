@@ -112,9 +112,11 @@ void moe_router_forward(float *probs, int *topk_ids, float *topk_w, const float 
 // (capacity 0: no limit)
 void moe_dispatch(int *counts, int *offsets, int *pos, const int *topk_ids, int N, int E, int K,
                   int capacity);
-// aux (1) = E * sum_e (counts[e] / N) * mean_n probs[n, e]: Switch Transformer's load-balancing
-// loss of one layer
-void moe_aux_loss(float *aux, const float *probs, const int *counts, int N, int E);
+// What Switch Transformer's load-balancing loss of one layer needs, summable over ranks that hold
+// parts of one micro-batch: load (2E) = the pairs routed to each expert (counts, as floats), then
+// each expert's sum of probs over the N tokens. aux = E * sum_e (load[e] / tokens) *
+// (load[E + e] / tokens), tokens being the micro-batch's (moe.c forms it on the host).
+void moe_load(float *load, const float *probs, const int *counts, int N, int E);
 // x_sorted[pos[n, j]] = x[n] for every kept pair; x (N, C), x_sorted (rows, C)
 void moe_gather_forward(float *x_sorted, const float *x, const int *pos, int N, int C, int K);
 // dx[n] += sum over kept j of dx_sorted[pos[n, j]]
@@ -127,10 +129,11 @@ void moe_combine_backward(float *dout_sorted, float *dtopk_w, const float *dy,
                           const float *out_sorted, const float *topk_w, const int *pos, int N,
                           int C, int K);
 // dlogits (N, E) += the gradient through the renormalised top-k weights (dtopk_w (N, K)) and the
-// softmax, plus aux_scale * d aux / d logits (the counts are constants: only the probs carry it)
+// softmax, plus aux_scale * d aux / d logits of these N tokens, aux formed over `tokens` tokens
+// whose pairs per expert are counts (E), moe_load's first half (constants: only the probs carry it)
 void moe_router_backward(float *dlogits, const float *dtopk_w, const float *probs,
-                         const int *topk_ids, const float *topk_w, const int *counts,
-                         float aux_scale, int N, int E, int K);
+                         const int *topk_ids, const float *topk_w, const float *counts,
+                         float aux_scale, int tokens, int N, int E, int K);
 
 // ---------------------------------------------------------------------------------------------
 // cross-entropy from a vocab shard (backend/*/cross_entropy.*): logits (N, V) hold the columns

@@ -23,14 +23,21 @@ harness_failures=0
 #                                clip warmup decay (gradient clipping and the lr schedule)
 #                                vstages (distributed.pp_virtual_stages, default 1)
 #                                save (save_frequency, default STEPS) load (checkpoint.load_path)
+#                                experts (model.num_experts, default 0: dense) topk cap aux moe_i
+#                                (num_experts_per_tok, moe_capacity_factor, router_aux_loss_coef,
+#                                moe_intermediate_size)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
-    local zero1=false sp=false vstages=1
+    local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe=""
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
+    # a dense model's config stays what it was: the mixture-of-experts keys only when asked
+    [ "$experts" -gt 0 ] && moe=", \"num_experts\": $experts, \"num_experts_per_tok\": $topk,
+           \"moe_intermediate_size\": $moe_i, \"router_aux_loss_coef\": $aux,
+           \"moe_capacity_factor\": $cap"
     cat >"$dir/config.json" <<JSON
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
@@ -38,7 +45,8 @@ run_layout() {
                  "bucket_size_mb": 1, "zero1": $zero1, "pp_virtual_stages": $vstages${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
-           "vocab_size": 256, "tie_word_embeddings": $tied${HARNESS_MODEL_EXTRA:+, $HARNESS_MODEL_EXTRA}},
+           "vocab_size": 256, "tie_word_embeddings": $tied$moe
+           ${HARNESS_MODEL_EXTRA:+, $HARNESS_MODEL_EXTRA}},
  "training": {"seed": 7, "learning_rate": 1e-3, "total_train_steps": $STEPS,
               "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
               "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay",
@@ -103,3 +111,14 @@ resume_layout() {
 # activations_mb NAME: the activations column (MB) of rank 0's row in the end-of-run memory table
 activations_mb() { awk '/^memory per rank, MB/ { table = 1; next } table && $1 == "0" { print $NF }' \
     "$HARNESS_DIR/$1/log"; }
+
+# allocator_share_ok LOG: the end-of-run memory table in LOG accounts for 95-100% of the
+# allocator's own peak (prints that line)
+allocator_share_ok() {
+    local line
+    line=$(grep "^the allocator's own peak" "$1")
+    echo "${line#the }"
+    echo "$line" | awk '{ match($0, /accounts for [0-9.]+% to [0-9.]+%/)
+        split(substr($0, RSTART + 13, RLENGTH - 13), p, "% to ")
+        exit !(RLENGTH > 0 && p[1] + 0 >= 95 && p[2] + 0 <= 100) }'
+}

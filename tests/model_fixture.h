@@ -34,6 +34,14 @@ static void fixture_config(Config *cfg, const Fixture *fx) {
     cfg->gradient_accumulation_steps = 1;
     cfg->rms_norm_eps = fixture_find(fx, "config.rms_norm_eps")->data[0];
     cfg->rope_theta = fixture_find(fx, "config.rope_theta")->data[0];
+    // a mixture of experts (tests/reference/make_moe_model_fixture.py): E, K, I, aux coefficient
+    const FixtureRecord *moe = fixture_find_opt(fx, "config.moe");
+    if (moe) {
+        cfg->num_experts = (int)moe->data[0];
+        cfg->num_experts_per_tok = (int)moe->data[1];
+        cfg->moe_intermediate_size = (int)moe->data[2];
+        cfg->router_aux_loss_coef = moe->data[3];
+    }
     const float *lr_wd = fixture_find(fx, "adam.lr_wd")->data;
     cfg->learning_rate = lr_wd[0];
     cfg->weight_decay = lr_wd[1];

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Claim: every bad config (unknown key or section, wrong type, missing section, invalid JSON,
-# impossible sizes, the wrong build, the wrong number of ranks, a missing file) and every bad
-# ./train command line ends the job within MAX_SECONDS with a non-zero exit status and exactly
-# one line on stderr that names the offending key, after MPICH's own abort lines are removed.
+# impossible sizes and mixture-of-experts settings, the wrong build, the wrong number of ranks, a
+# missing file) and every bad ./train command line ends the job within MAX_SECONDS with a non-zero
+# exit status and exactly one line on stderr that names the offending key, after MPICH's own abort
+# lines are removed.
 cd "$(dirname "$0")/.." || exit 1
 MAX_SECONDS=10
 [ -x ./train ] || { echo "./train not built"; exit 77; }
@@ -52,6 +53,18 @@ variants = {   # name: a statement that edits `cfg`
                  'cfg["training"].update(micro_batch_size=1, seq_length=34)',
     "gpu_config": 'cfg["distributed"]["use_cpu"] = False',
     "bf16": 'cfg["model"]["dtype"] = "bfloat16"',
+    "moe_topk": 'cfg["model"].update(num_experts=4, num_experts_per_tok=5, '
+                'moe_intermediate_size=128)',
+    "moe_size": 'cfg["model"].update(num_experts=4, num_experts_per_tok=2)',
+    "moe_tp": 'cfg["model"].update(num_experts=4, moe_intermediate_size=129); '
+              'cfg["distributed"]["tp_size"] = 2',
+    "moe_coef": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128, '
+                'router_aux_loss_coef=-1)',
+    "moe_capacity": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128, '
+                    'moe_capacity_factor=-0.5)',
+    "moe_capacity_cp": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128, '
+                       'moe_capacity_factor=1.25); cfg["distributed"]["cp_size"] = 2',
+    "moe_negative": 'cfg["model"]["num_experts"] = -2',
 }
 for name, edit in variants.items():
     cfg = copy.deepcopy(base)
@@ -124,11 +137,23 @@ expect_error "sequence parallel tokens % tp" \
 expect_error "use_cpu false on the CPU build" 'distributed\.use_cpu.*make GPU=1' 1 \
     "$(c gpu_config)"
 expect_error "bfloat16 on the CPU build" 'model\.dtype' 1 "$(c bf16)"
+expect_error "num_experts_per_tok > num_experts" \
+    'model\.num_experts_per_tok = 5 must be 1\.\.model\.num_experts = 4' 1 "$(c moe_topk)"
+expect_error "no expert size" 'model\.moe_intermediate_size = 0' 1 "$(c moe_size)"
+expect_error "tp does not divide the expert size" \
+    'distributed\.tp_size = 2 does not divide model\.moe_intermediate_size = 129' 1 "$(c moe_tp)"
+expect_error "negative aux coefficient" 'model\.router_aux_loss_coef = -1' 1 "$(c moe_coef)"
+expect_error "negative capacity factor" 'model\.moe_capacity_factor = -0\.5' 1 \
+    "$(c moe_capacity)"
+expect_error "capacity with cp" \
+    'model\.moe_capacity_factor = 1\.25 needs distributed\.cp_size = 1' 1 "$(c moe_capacity_cp)"
+expect_error "negative num_experts" 'model\.num_experts = -2 must be at least 0' 1 \
+    "$(c moe_negative)"
 expect_error "world size != tp*cp*pp*dp" \
     'tp\*cp\*pp\*dp = 1\*1\*1\*1 = 1 but mpirun started 2 ranks' 2 "$(c valid)"
 expect_error "nonexistent config" 'does_not_exist\.json' 1 "$(c does_not_exist)"
 expect_error "no --config" '--config' 1
 expect_error "unknown train flag" '--bogus' 1 --config "$tmp/valid.json" --bogus
 
-echo "$failures of 23 cases failed"
+echo "$failures of 30 cases failed"
 [ "$failures" -eq 0 ]

@@ -2,8 +2,9 @@
 # Claim: ./create_config writes the config its flags ask for: config_load reads back exactly the
 # values given (checked against the flags and against python's own reading of the JSON), presets
 # carry the Hugging Face numbers, --model_config takes them from a Hugging Face config.json, the
-# printed global batch is mbs*grad_acc*dp sequences of seq_len tokens, and an existing
-# experiment, an unknown flag or model are refused with one line and a non-zero exit.
+# printed global batch is mbs*grad_acc*dp sequences of seq_len tokens, the mixture-of-experts
+# flags (and a Mixtral config.json) give their keys, and an existing experiment, an unknown flag
+# or model, too many experts per token are refused with one line and a non-zero exit.
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${PICOTRON_BUILD:-build}
 [ -x ./create_config ] || { echo "./create_config not built"; exit 77; }
@@ -119,6 +120,25 @@ check_values "$tmp/runs/hf/config.json" "name someone/llama-mini" "hidden_size 1
     "intermediate_size 512" "num_hidden_layers 3" "num_attention_heads 6" \
     "num_key_value_heads 6" "vocab_size 1000" "rms_norm_eps 9.99999997e-07" \
     "rope_theta 50000" "max_position_embeddings 512" "tie_word_embeddings 0" "seq_length 256"
+
+# 4b. a mixture of experts: the flags, each expert's size defaulting to intermediate_size; and
+# a Mixtral config.json (num_local_experts, experts as wide as intermediate_size)
+./create_config --out_dir "$tmp/runs" --exp_name moe --num_experts 8 --num_experts_per_tok 2 \
+    --router_aux_loss_coef 0.01 --moe_capacity_factor 1.25 >"$tmp/out" 2>"$tmp/err" ||
+    fail "create_config experts: $(cat "$tmp/err")"
+check_values "$tmp/runs/moe/config.json" "num_experts 8" "num_experts_per_tok 2" \
+    "moe_intermediate_size 384" "router_aux_loss_coef 0.00999999978" "moe_capacity_factor 1.25"
+json_equals "$tmp/runs/moe/config.json" 'cfg["model"]["num_experts"] == 8' \
+    'cfg["model"]["moe_intermediate_size"] == 384' 'cfg["model"]["router_aux_loss_coef"] == 0.01'
+sed 's/"silu"}/"silu", "num_local_experts": 4, "num_experts_per_tok": 2}/' "$tmp/hf/config.json" \
+    >"$tmp/hf/mixtral.json"
+./create_config --out_dir "$tmp/runs" --exp_name mixtral --model_config "$tmp/hf/mixtral.json" \
+    >"$tmp/out" 2>"$tmp/err" || fail "create_config --model_config Mixtral: $(cat "$tmp/err")"
+check_values "$tmp/runs/mixtral/config.json" "num_experts 4" "num_experts_per_tok 2" \
+    "moe_intermediate_size 512"
+expect_refusal "more experts per token than experts" \
+    'num_experts_per_tok = 3 must be 1\.\.model\.num_experts = 2' --num_experts 2 \
+    --num_experts_per_tok 3 --out_dir "$tmp/runs" --exp_name never
 
 # 5. refusals, each one line
 before=$(cksum <"$file")

@@ -17,7 +17,8 @@
 #      mixture-of-experts layer's own test (tests/test_moe.c) on those kernels, the same way
 #   4. layouts against one rank (fp32, tests/layout_harness.sh's tolerances) with the nccl
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
-#      (pp2 x V2, its exchanges' one-sided halves); nccl on a shared GPU
+#      (pp2 x V2, its exchanges' one-sided halves), and a mixture-of-experts model (4 experts,
+#      top-2) on tp2 with sequence parallelism and on cp2; nccl on a shared GPU
 #      is refused in one line that suggests "mpi"
 # What it cannot show (speed, real concurrency, CUDA's libm) needs tests/gpu/check.sh on a GPU.
 # Runs in a copy of the tree: make GPU=emulate writes ./train, which the CPU tests use.
@@ -111,6 +112,10 @@ fi
     check_layout base pp2_interleaved pp=2 vstages=2
     check_layout base cp2_zigzag cp=2 zigzag=true
     check_layout base dp2_tp2_pp2_afab dp=2 tp=2 pp=2 ga=2 engine=afab
+    moe="experts=4 topk=2 aux=0.05"
+    run_layout base_moe ga=4 $moe || exit 1
+    check_layout base_moe tp2_sequence_parallel_moe tp=2 sp=true $moe
+    check_layout base_moe cp2_zigzag_moe cp=2 zigzag=true $moe
     [ "$harness_failures" -eq 0 ]
 ) | sed 's/^/nccl backend: /' || fail "layouts with the nccl backend"
 cat >"$log/shared.json" <<JSON

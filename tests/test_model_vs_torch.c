@@ -1,6 +1,9 @@
 // The single-rank C model is Hugging Face transformers' LlamaForCausalLM: same logits, loss and
 // gradient of every parameter, and the same losses and weights after 5 AdamW steps, for a tiny
 // GQA Llama with tied and with untied embeddings (fixtures from tests/reference/make_fixture.py).
+// With experts it is MixtralForCausalLM (tests/reference/make_moe_model_fixture.py): the same,
+// the gradients being those of CE + coef * (mean over layers of each layer's load-balancing
+// loss), and that mean aux too.
 // usage: test_model_vs_torch tests/fixtures/llama_tiny_tied.bin [more fixtures]
 #include <math.h>
 #include <string.h>
@@ -16,7 +19,7 @@
 // 7e-7 on the logits and 1.2e-6 on the gradients (relative to the tensor's max |value|), so these
 // leave room for another summation order while a wrong formula (a missing norm weight, a rope
 // sign, a skipped bias correction) is off by 1e-3 or more.
-#define LOSS_TOL   1e-5 // relative, on the loss and on each of the 5 AdamW losses
+#define LOSS_TOL   1e-5 // relative, on the loss, on each of the 5 AdamW losses, on the aux loss
 #define LOGITS_TOL 1e-5 // max |diff| / max |reference logit|
 #define GRAD_TOL   1e-4 // per tensor: max |diff| / max |reference gradient|
 #define WEIGHT_TOL 1e-4 // per tensor, final weights: max |diff| / max |reference weight|
@@ -111,16 +114,22 @@ static int run_fixture(const char *path, ProcessGroupManager *pgm) {
     FixtureModel fm;
     fixture_model_init(&fm, path, pgm);
     const Config *cfg = &fm.cfg;
-    printf("%s: C=%d I=%d L=%d H=%d KV=%d V=%d tied=%d B=%d T=%d\n", path, cfg->hidden_size,
-           cfg->intermediate_size, cfg->num_hidden_layers, cfg->num_attention_heads,
-           cfg->num_key_value_heads, cfg->vocab_size, cfg->tie_word_embeddings,
-           cfg->micro_batch_size, cfg->seq_length);
+    printf("%s: C=%d I=%d L=%d H=%d KV=%d V=%d tied=%d B=%d T=%d experts=%d top-%d\n", path,
+           cfg->hidden_size, cfg->intermediate_size, cfg->num_hidden_layers,
+           cfg->num_attention_heads, cfg->num_key_value_heads, cfg->vocab_size,
+           cfg->tie_word_embeddings, cfg->micro_batch_size, cfg->seq_length, cfg->num_experts,
+           cfg->num_experts_per_tok);
 
     // one forward and backward from the fixture's weights
     double loss_err, logits_err;
     fixture_forward_backward(&loss_err, &logits_err, &fm, "torch");
     int ok = check("loss (relative)", loss_err, LOSS_TOL);
     ok &= check("logits (relative to max |logit|)", logits_err, LOGITS_TOL);
+    if (cfg->num_experts > 0) { // the backward took the mean over layers of their aux
+        double aux = fm.model.moe_stats.aux, want = fixture_find(fm.fx, "aux")->data[0];
+        printf("  aux loss %.7f, torch %.7f\n", aux, want);
+        ok &= check("aux loss (relative)", fabs(aux - want) / want, LOSS_TOL);
+    }
     size_t bytes = fm.model.num_params * sizeof(float);
     float *host = xmalloc(bytes);
     device_to_host(host, fm.model.grads, bytes);

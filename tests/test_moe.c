@@ -174,7 +174,7 @@ static void layer_free(Layer *l) {
 
 static double layer_loss(void *p) {
     Layer *l = p;
-    l->aux = moe_forward(l->y, &l->a, l->x, &l->w, &l->s);
+    l->aux = moe_forward(l->y, &l->a, l->x, &l->w, &l->s, NULL);
     return dot_host(l->y, l->R, (size_t)l->s.N * l->s.C) + (double)l->aux_scale * l->aux;
 }
 
@@ -193,7 +193,7 @@ static void layer_grads(Layer *l) {
 // a. the kernels against finite differences
 typedef struct {
     int N, E, K;
-    float *logits, *probs, *topk_w, *aux;
+    float *logits, *probs, *topk_w, *load;
     int *ids, *counts, *offsets, *pos;
     const float *Rw; // host (N, K)
     float aux_scale;
@@ -203,9 +203,13 @@ static double router_loss(void *p) {
     Router *r = p;
     moe_router_forward(r->probs, r->ids, r->topk_w, r->logits, r->N, r->E, r->K);
     moe_dispatch(r->counts, r->offsets, r->pos, r->ids, r->N, r->E, r->K, 0);
-    moe_aux_loss(r->aux, r->probs, r->counts, r->N, r->E);
-    float aux;
-    device_to_host(&aux, r->aux, sizeof aux);
+    // aux = E * sum_e (counts[e] / N) * (sum_n probs[n, e] / N), from moe_load's halves
+    moe_load(r->load, r->probs, r->counts, r->N, r->E);
+    float *load = to_host(r->load, 2 * (size_t)r->E);
+    double aux = 0.0;
+    for (int e = 0; e < r->E; e++) aux += (double)load[e] * load[r->E + e];
+    aux *= (double)r->E / ((double)r->N * r->N);
+    free(load);
     return dot_host(r->topk_w, r->Rw, (size_t)r->N * r->K) + (double)r->aux_scale * aux;
 }
 
@@ -223,14 +227,14 @@ static void test_router(int K, float rw_scale, float aux_scale, const char *what
     for (int i = 0; i < N * K; i++) Rw[i] = rw_scale * uniform();
     Router r = {.N = N, .E = E, .K = K, .Rw = Rw, .aux_scale = aux_scale};
     r.logits = to_device(logits, sizeof logits), r.probs = device_zeros(N * E);
-    r.topk_w = device_zeros(N * K), r.aux = device_zeros(1);
+    r.topk_w = device_zeros(N * K), r.load = device_zeros(2 * E);
     r.ids = device_malloc(N * K * sizeof(int)), r.pos = device_malloc(N * K * sizeof(int));
     r.counts = device_malloc(E * sizeof(int)), r.offsets = device_malloc((E + 1) * sizeof(int));
     float *dRw = to_device(Rw, sizeof Rw), *dlogits = device_zeros(N * E);
     router_loss(&r);
-    moe_router_backward(dlogits, dRw, r.probs, r.ids, r.topk_w, r.counts, aux_scale, N, E, K);
+    moe_router_backward(dlogits, dRw, r.probs, r.ids, r.topk_w, r.load, aux_scale, N, N, E, K);
     check(what, fd_err(router_loss, &r, r.logits, dlogits, N * E), FD_TOL);
-    device_free(r.logits), device_free(r.probs), device_free(r.topk_w), device_free(r.aux);
+    device_free(r.logits), device_free(r.probs), device_free(r.topk_w), device_free(r.load);
     device_free(r.ids), device_free(r.counts), device_free(r.offsets), device_free(r.pos);
     device_free(dRw), device_free(dlogits);
 }

@@ -55,15 +55,14 @@ void moe_dispatch(int *counts, int *offsets, int *pos, const int *topk_ids, int 
     }
 }
 
-void moe_aux_loss(float *aux, const float *probs, const int *counts, int N, int E) {
-    // aux = E * sum_e f_e * P_e, f_e = counts[e] / N (before capacity drops), P_e = mean_n probs
-    double total = 0.0;
+void moe_load(float *load, const float *probs, const int *counts, int N, int E) {
+    // load[e] = counts[e] (before capacity drops), load[E + e] = sum_n probs[n, e]
     for (int e = 0; e < E; e++) {
         double P = 0.0;
         for (int n = 0; n < N; n++) P += probs[(size_t)n * E + e];
-        total += counts[e] * P;
+        load[e] = (float)counts[e];
+        load[E + e] = (float)P;
     }
-    aux[0] = N > 0 ? (float)(E * total / ((double)N * N)) : 0.0f;
 }
 
 void moe_gather_forward(float *x_sorted, const float *x, const int *pos, int N, int C, int K) {
@@ -125,11 +124,11 @@ void moe_combine_backward(float *dout_sorted, float *dtopk_w, const float *dy,
 }
 
 void moe_router_backward(float *dlogits, const float *dtopk_w, const float *probs,
-                         const int *topk_ids, const float *topk_w, const int *counts,
-                         float aux_scale, int N, int E, int K) {
-    // forward: aux = E * sum_e (counts[e] / N) * (1/N) sum_n p[n, e]
-    //   => d aux / d p[n, e] = E * counts[e] / N^2
-    float aux_coef = N > 0 ? aux_scale * (float)E / ((float)N * (float)N) : 0.0f;
+                         const int *topk_ids, const float *topk_w, const float *counts,
+                         float aux_scale, int tokens, int N, int E, int K) {
+    // forward: aux = E * sum_e (counts[e] / tokens) * (1/tokens) sum_n p[n, e]
+    //   => d aux / d p[n, e] = E * counts[e] / tokens^2
+    float aux_coef = tokens > 0 ? aux_scale * (float)E / ((float)tokens * (float)tokens) : 0.0f;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * E;

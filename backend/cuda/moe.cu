@@ -63,16 +63,14 @@ __global__ static void moe_dispatch_kernel(int *counts, int *offsets, int *pos, 
 }
 
 // one block: a block-wide sum of each expert's column of probs
-__global__ static void moe_aux_loss_kernel(float *aux, const float *probs, const int *counts, int N,
-                                           int E) {
-    double total = 0.0; // thread 0's
+__global__ static void moe_load_kernel(float *load, const float *probs, const int *counts, int N,
+                                       int E) {
     for (int e = 0; e < E; e++) {
         float P = 0.0f;
         for (int n = threadIdx.x; n < N; n += blockDim.x) P += probs[(size_t)n * E + e];
         P = block_reduce<false>(P);
-        total += counts[e] * (double)P;
+        if (threadIdx.x == 0) load[e] = (float)counts[e], load[E + e] = P;
     }
-    if (threadIdx.x == 0) aux[0] = (float)(E * total / ((double)N * N));
 }
 
 // one thread per element of a kept pair's row
@@ -134,7 +132,7 @@ __global__ static void moe_combine_backward_kernel(float *dout_sorted, float *dt
 // one thread per token, the CPU's loop body
 __global__ static void moe_router_backward_kernel(float *dlogits, const float *dtopk_w,
                                                   const float *probs, const int *topk_ids,
-                                                  const float *topk_w, const int *counts,
+                                                  const float *topk_w, const float *counts,
                                                   float aux_coef, int N, int E, int K) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
@@ -145,7 +143,8 @@ __global__ static void moe_router_backward_kernel(float *dlogits, const float *d
     // forward: w_j = p[ids_j] / s  =>  d/dp[ids_i] = (dw_i - sum_j dw_j w_j) / s
     float s = 0.0f, dot = 0.0f;
     for (int j = 0; j < K; j++) s += p[ids[j]], dot += dw[j] * w[j];
-    // forward: p = softmax(l)  =>  dl_e = p_e * (dp_e - sum_k p_k dp_k); aux adds E counts / N^2
+    // forward: p = softmax(l)  =>  dl_e = p_e * (dp_e - sum_k p_k dp_k);
+    // aux adds E counts / tokens^2
     float pdp = 0.0f;
     for (int e = 0; e < E; e++) pdp += p[e] * aux_coef * counts[e];
     for (int j = 0; j < K; j++) pdp += p[ids[j]] * (dw[j] - dot) / s;
@@ -169,13 +168,9 @@ void moe_dispatch(int *counts, int *offsets, int *pos, const int *topk_ids, int 
     cudaCheckLaunch();
 }
 
-void moe_aux_loss(float *aux, const float *probs, const int *counts, int N, int E) {
+void moe_load(float *load, const float *probs, const int *counts, int N, int E) {
     PROFILE(PROFILE_OTHER);
-    if (N == 0) {
-        cudaCheck(cudaMemset(aux, 0, sizeof(float)));
-        return;
-    }
-    moe_aux_loss_kernel<<<1, ROW_THREADS>>>(aux, probs, counts, N, E);
+    moe_load_kernel<<<1, ROW_THREADS>>>(load, probs, counts, N, E);
     cudaCheckLaunch();
 }
 
@@ -215,12 +210,13 @@ void moe_combine_backward(float *dout_sorted, float *dtopk_w, const float *dy,
 }
 
 void moe_router_backward(float *dlogits, const float *dtopk_w, const float *probs,
-                         const int *topk_ids, const float *topk_w, const int *counts,
-                         float aux_scale, int N, int E, int K) {
+                         const int *topk_ids, const float *topk_w, const float *counts,
+                         float aux_scale, int tokens, int N, int E, int K) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
-    // forward: aux = E * sum_e (counts[e] / N) * (1/N) sum_n p[n, e]  =>  E * counts[e] / N^2
-    float aux_coef = aux_scale * (float)E / ((float)N * (float)N);
+    // forward: aux = E * sum_e (counts[e] / tokens) * (1/tokens) sum_n p[n, e]
+    //   =>  d aux / d p[n, e] = E * counts[e] / tokens^2
+    float aux_coef = tokens > 0 ? aux_scale * (float)E / ((float)tokens * (float)tokens) : 0.0f;
     moe_router_backward_kernel<<<blocks_for(N, 128), 128>>>(dlogits, dtopk_w, probs, topk_ids,
                                                             topk_w, counts, aux_coef, N, E, K);
     cudaCheckLaunch();

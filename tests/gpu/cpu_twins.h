@@ -26,7 +26,7 @@
     X(swiglu_backward)                                                                             \
     X(moe_router_forward)                                                                          \
     X(moe_dispatch)                                                                                \
-    X(moe_aux_loss)                                                                                \
+    X(moe_load)                                                                                    \
     X(moe_gather_forward)                                                                          \
     X(moe_gather_backward)                                                                         \
     X(moe_combine_forward)                                                                         \

@@ -348,10 +348,10 @@ static void test_moe(int N, int C, int E, int K, int capacity) {
     check_int(what, d_counts, counts, E);
     check_int("moe_dispatch offsets", d_offsets, offsets, E + 1);
     check_int("moe_dispatch pos", d_pos, pos, nk);
-    float aux, *d_aux = device_malloc(4);
-    cpu_moe_aux_loss(&aux, probs, counts, N, E);
-    moe_aux_loss(d_aux, d_probs, d_counts, N, E);
-    check("moe_aux_loss", d_aux, &aux, 1, TOL_ELEM);
+    float *load = xmalloc(2 * E * sizeof(float)), *d_load = device_malloc(2 * E * sizeof(float));
+    cpu_moe_load(load, probs, counts, N, E);
+    moe_load(d_load, d_probs, d_counts, N, E);
+    check("moe_load", d_load, load, 2 * E, TOL_ELEM);
 
     float *x = random_host(nc, -1, 1), *xs = random_host(ns, -1, 1), *outs = random_host(ns, -1, 1);
     float *y = xmalloc(nc * 4), *dy = random_host(nc, -1, 1), *dxs = random_host(ns, -1, 1);
@@ -375,13 +375,14 @@ static void test_moe(int N, int C, int E, int K, int capacity) {
     cpu_moe_gather_backward(dx, dxs, pos, N, C, K);
     moe_gather_backward(d_dx, d_dxs, d_pos, N, C, K);
     check("moe_gather_backward (+=)", d_dx, dx, nc, TOL_ELEM);
-    cpu_moe_router_backward(dl, dw, probs, ids, w, counts, 0.3f, N, E, K);
-    moe_router_backward(d_dl, d_dw, d_probs, d_ids, d_w, d_counts, 0.3f, N, E, K);
+    cpu_moe_router_backward(dl, dw, probs, ids, w, load, 0.3f, N, N, E, K);
+    moe_router_backward(d_dl, d_dw, d_probs, d_ids, d_w, d_load, 0.3f, N, N, E, K);
     check("moe_router_backward (+=)", d_dl, dl, ne, TOL_ELEM);
     free(logits), free(probs), free(w), free(ids), free(counts), free(offsets), free(pos);
+    free(load);
     free(x), free(xs), free(outs), free(y), free(dy), free(dxs), free(dw), free(dx), free(dl);
     device_free(d_logits), device_free(d_probs), device_free(d_w), device_free(d_ids);
-    device_free(d_counts), device_free(d_offsets), device_free(d_pos), device_free(d_aux);
+    device_free(d_counts), device_free(d_offsets), device_free(d_pos), device_free(d_load);
     device_free(d_x), device_free(d_xs), device_free(d_outs), device_free(d_y), device_free(d_dy);
     device_free(d_dxs), device_free(d_dw), device_free(d_dx), device_free(d_dl);
 }

@@ -113,8 +113,9 @@ def make_case(tied, path):
         " ".join("%.6f" % x for x in losses), os.path.getsize(path)))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def reference_setup(doc):
+    """The reference scripts' command line (--out FOLDER), created; torch made reproducible"""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", default="tests/fixtures", help="output folder")
     args = ap.parse_args()
     # one thread and deterministic kernels: the same bytes on every run of one torch version
@@ -122,6 +123,11 @@ def main():
     torch.use_deterministic_algorithms(True)
     os.makedirs(args.out, exist_ok=True)
     print("torch %s, transformers %s" % (torch.__version__, transformers.__version__))
+    return args
+
+
+def main():
+    args = reference_setup(__doc__)
     for case, tied in (("tied", True), ("untied", False)):
         make_case(tied, os.path.join(args.out, "llama_tiny_%s.bin" % case))
 

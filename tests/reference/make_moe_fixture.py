@@ -17,16 +17,14 @@ grad.experts.gate_up_proj, grad.experts.down_proj, grad_aux.x, grad_aux.gate.wei
 transformers (5.x) fuses each expert's gate and up projections: gate_up_proj[e] is (2I, C), rows
 [0, I) Mixtral's w1 (gate), rows [I, 2I) w3 (up); down_proj[e] is w2, (C, I).
 """
-import argparse
 import os
 
 import torch
-import transformers
 from transformers import MixtralConfig
 from transformers.models.mixtral.modeling_mixtral import (MixtralSparseMoeBlock,
                                                           load_balancing_loss_func)
 
-from make_fixture import tensor, write_record
+from make_fixture import reference_setup, tensor, write_record
 
 SEED = 1234
 B, T, C, I, E, K = 2, 12, 16, 32, 4, 2
@@ -36,13 +34,8 @@ MIN_GAP = 1e-2
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="tests/fixtures", help="output folder")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    args = reference_setup(__doc__)
     torch.manual_seed(SEED)
-    print("torch %s, transformers %s" % (torch.__version__, transformers.__version__))
 
     config = MixtralConfig(hidden_size=C, intermediate_size=I, num_local_experts=E,
                            num_experts_per_tok=K, router_jitter_noise=0.0, hidden_act="silu",
@@ -73,7 +66,6 @@ def main():
     loss.backward()
 
     path = os.path.join(args.out, "moe_mixtral.bin")
-    os.makedirs(args.out, exist_ok=True)
     with open(path, "wb") as f:
         write_record(f, "config", [B, T, C, I, E, K])
         write_record(f, "coef", [COEF])

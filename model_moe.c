@@ -1,0 +1,215 @@
+// The mixture-of-experts MLP of the model (cfg.num_experts > 0): moe.c's block (Mixtral's sparse
+// MoE) in a decoder layer, under every layout, and the statistics of the experts' load.
+//
+// Tensors: the router model.layers.{l}.mlp.gate.weight (E, C) is replicated on the tp ranks
+// (counted once, as the norms); each expert e has its own gate_proj, up_proj and down_proj,
+// model.layers.{l}.mlp.experts.{e}.*_proj.weight (Qwen2-MoE's names), split over tp exactly as
+// the dense MLP (gate and up column-parallel, down row-parallel: I/tp features of every expert
+// on each tp rank). Separate tensors per expert are what a later expert-parallel axis splits.
+//
+// Tensor parallelism: every tp rank holds the same N tokens (gathered first under sequence
+// parallelism), so each routes them identically and runs its I/tp share of every chosen expert;
+// the combined output is then a partial sum over tp, all-reduced (reduce-scattered under sequence
+// parallelism), as the dense MLP's down_proj output. In the backward, d topk_w = dy . expert
+// output needs the whole output, so the partial dots are summed over tp before the router's
+// backward; dx sums the experts' partial input gradients over tp, then adds the router's part,
+// which every tp rank computes identically and which must be counted once.
+//
+// Loss: the training loss is CE + router_aux_loss_coef * (mean over layers of each layer's
+// Switch aux), per micro-batch, averaged over micro-batches as CE is. Context parallelism splits
+// a micro-batch's tokens: moe.c sums each expert's pair count and prob sum over cp (2E floats per
+// layer) before forming aux, so every cp rank has one rank's aux. The logged loss stays CE; the
+// step's aux is reported beside it (metrics "aux_loss"), summed over the pipeline stages' layers.
+#include <math.h>
+#include <stdio.h>
+#include "backend/backend.h"
+#include "model.h"
+#include "tensor_parallel.h"
+#include "utils.h"
+
+void moe_layout_params(Model *model, MlpWeights *m, float *base, int layer) {
+    const Config *c = &model->cfg;
+    int C = c->hidden_size, I = c->moe_intermediate_size, E = c->num_experts;
+    char n[96];
+    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", layer);
+    m->moe.router = model_add_param(model, base, n, E, C, REPLICATED, UNIFORM);
+    if (!m->moe.experts) m->moe.experts = xmalloc(E * sizeof(ExpertWeights));
+    for (int e = 0; e < E; e++) {
+        ExpertWeights *x = &m->moe.experts[e];
+#define NAME(proj) (snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s", layer, e, proj), n)
+        x->gate_proj =
+            model_add_param(model, base, NAME("gate_proj.weight"), I, C, COLUMN_PARALLEL, UNIFORM);
+        x->up_proj =
+            model_add_param(model, base, NAME("up_proj.weight"), I, C, COLUMN_PARALLEL, UNIFORM);
+        x->down_proj =
+            model_add_param(model, base, NAME("down_proj.weight"), C, I, ROW_PARALLEL, UNIFORM);
+#undef NAME
+    }
+}
+
+const float *mlp_grads_end(const Model *model, const MlpWeights *dw) {
+    if (model->cfg.num_experts == 0) return dw->down_proj + (size_t)model->C * model->I;
+    return dw->moe.experts[model->moe.E - 1].down_proj + (size_t)model->C * model->moe.I;
+}
+
+// out = mid + moe(ln2), ln2 = rmsnorm(mid)
+void moe_mlp_forward(Model *model, float *out, MlpActivations *s, const float *mid,
+                     const MlpWeights *w) {
+    int N = model->B * model->T, C = model->C, Ns = model->Ns;
+    SequenceParallel *sp = &model->sp;
+    rmsnorm_forward(s->ln2, s->rstd2, mid, w->post_attention_layernorm, Ns, C,
+                    model->cfg.rms_norm_eps);
+    const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2); // (N, C)
+    // y, this tp rank's partial sum, may overwrite ln2 in sp->full: moe_forward reads x first
+    moe_forward(sp->full ? sp->full : out, &s->moe, ln2, &w->moe, &model->moe, &model->pgm->cp);
+    if (sp->full)
+        reduce_scatter_to_sequence_parallel_region(out, sp);
+    else
+        all_reduce(out, (size_t)N * C, REDUCE_SUM, sp->tp);
+    add_inplace(out, mid, (size_t)Ns * C);
+}
+
+// the step's load of local layer l: taken in the backward, which runs once per micro-batch and
+// layer, whether or not the forward ran again for it (recomputation)
+static void count_load(Model *model, const MoeActivations *a, int l) {
+    const Config *c = &model->cfg;
+    int E = model->moe.E, layer = stage_global_layer(&model->stage, l);
+    MoeStats *st = &model->moe_stats;
+    st->aux += a->aux / ((double)c->num_hidden_layers * c->gradient_accumulation_steps);
+    float *row = st->step + (size_t)layer * (E + 1);
+    for (int e = 0; e < E; e++) row[e] += a->load_host[e];
+    row[E] += a->dropped;
+}
+
+void moe_mlp_backward(Model *model, float *dresid, const MlpWeights *dw, const MlpActivations *s,
+                      const float *mid, const MlpWeights *w, int l) {
+    const Config *c = &model->cfg;
+    int N = model->B * model->T, C = model->C, Ns = model->Ns, E = model->moe.E;
+    const MoeActivations *a = &s->moe;
+    MoeGrads *g = &model->moe_grads;
+    SequenceParallel *sp = &model->sp;
+    float *dln2 = model->d.mlp.ln2; // (N, C)
+    // forward: y = combine(experts(ln2)), every tp rank's share of each expert
+    const float *dy = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
+    device_zero(dln2, (size_t)N * C * sizeof(float));
+    moe_experts_backward(dln2, &dw->moe, g, dy, a, &w->moe, &model->moe);
+    // d topk_w[n, j] = dy[n] . out[n, j] needs the expert's whole output, of which this rank
+    // holds a partial sum over its I/tp features: the dots add up over tp
+    all_reduce(g->dtopk_w, (size_t)N * model->moe.K, REDUCE_SUM, sp->tp);
+    // the experts' input gradients are partial sums too (column-parallel gate and up)
+    if (sp->full)
+        reduce_scatter(dln2, (size_t)N * C, REDUCE_SUM, sp->tp);
+    else
+        all_reduce(dln2, (size_t)N * C, REDUCE_SUM, sp->tp);
+    // forward: logits = ln2 @ router^T, aux from their softmax. d loss / d aux of one layer's
+    // aux in one micro-batch is coef / (layers * grad_acc); times cp because the cp*dp gradient
+    // average divides the cp ranks' parts, which together are the micro-batch's gradient
+    float aux_scale = c->router_aux_loss_coef * model->pgm->cp_size /
+                      ((float)c->num_hidden_layers * c->gradient_accumulation_steps);
+    const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2);
+    moe_router_grad(NULL, &dw->moe, g, aux_scale, a, ln2, &w->moe, &model->moe);
+    // the router's part of d ln2, the same on every tp rank: once, on this rank's rows
+    size_t row0 = sp->full ? (size_t)Ns * sp->tp->rank : 0;
+    matmul_backward(dln2 + row0 * C, NULL, g->dlogits + row0 * E, NULL, w->moe.router, Ns, C, E);
+    // forward: ln2 = rmsnorm(mid), on this rank's rows
+    float *dnorm = sequence_parallel_norm_grad(sp, dw->post_attention_layernorm, 1);
+    rmsnorm_backward(dresid, dnorm, dln2 + row0 * C, mid, w->post_attention_layernorm, s->rstd2, Ns,
+                     C);
+    count_load(model, a, l);
+}
+
+void moe_alloc_buffers(Model *model) {
+    const Config *c = &model->cfg;
+    int I =
+        tensor_parallel_shard(COLUMN_PARALLEL, c->moe_intermediate_size, 1, &model->pgm->tp).rows;
+    model->moe = moe_sizes(model->B * model->T, model->C, I, c->num_experts, c->num_experts_per_tok,
+                           c->moe_capacity_factor);
+    moe_grads_alloc(&model->moe_grads, &model->moe);
+    size_t rows = (size_t)c->num_hidden_layers * (c->num_experts + 1);
+    MoeStats *st = &model->moe_stats;
+    st->step = xmalloc(rows * sizeof(float));
+    st->run = xmalloc((size_t)c->num_hidden_layers * (c->num_experts + 2) * sizeof(double));
+    st->reduced = device_malloc((1 + rows) * sizeof(float));
+}
+
+size_t moe_shared_bytes(const Model *model) {
+    size_t rows = (size_t)model->cfg.num_hidden_layers * (model->cfg.num_experts + 1);
+    return moe_grads_bytes(&model->moe) + (1 + rows) * sizeof(float);
+}
+
+void moe_free_buffers(Model *model) {
+    moe_grads_free(&model->moe_grads);
+    device_free(model->moe_stats.reduced);
+    free(model->moe_stats.step);
+    free(model->moe_stats.run);
+    for (int l = 0; l < model->L; l++) {
+        free(model->w.layers[l].mlp.moe.experts);
+        free(model->dw.layers[l].mlp.moe.experts);
+    }
+}
+
+// The step's aux and load, as one rank would have them: each cp rank holds the same (the
+// micro-batch's, summed over cp in moe_forward) and each dp rank its own micro-batches; each
+// pipeline stage its own layers. One sum over cp*dp, then one over pp.
+static float moe_step_statistics(Model *model) {
+    const Config *c = &model->cfg;
+    ProcessGroupManager *pgm = model->pgm;
+    MoeStats *st = &model->moe_stats;
+    int E = c->num_experts, L = c->num_hidden_layers;
+    size_t rows = (size_t)L * (E + 1);
+    float aux = (float)st->aux;
+    host_to_device(st->reduced, &aux, sizeof aux);
+    host_to_device(st->reduced + 1, st->step, rows * sizeof(float));
+    all_reduce(st->reduced, 1 + rows, REDUCE_SUM, &pgm->cp_dp);
+    all_reduce(st->reduced, 1 + rows, REDUCE_SUM, &pgm->pp);
+    device_to_host(&aux, st->reduced, sizeof aux);
+    device_to_host(st->step, st->reduced + 1, rows * sizeof(float));
+    for (int l = 0; l < L; l++) {
+        float *row = st->step + (size_t)l * (E + 1);
+        double *run = st->run + (size_t)l * (E + 2), total = 0, max = 0;
+        for (int e = 0; e < E; e++) {
+            double pairs = row[e] / pgm->cp_size; // the cp ranks counted the same pairs
+            run[e] += pairs, total += pairs, max = fmax(max, pairs);
+        }
+        run[E] += row[E]; // dropped: each rank its own tokens'
+        run[E + 1] += total > 0 ? max / (total / E) : 1.0;
+    }
+    st->steps++;
+    st->aux = 0;
+    for (size_t i = 0; i < rows; i++) st->step[i] = 0.0f;
+    return aux / pgm->cp_dp.size; // each replica's aux is a mean over its micro-batches
+}
+
+float model_step_losses(Model *model, float loss, float *aux) {
+    float *buf = model->scalar;
+    host_to_device(buf, &loss, sizeof(float));
+    all_reduce(buf, 1, REDUCE_AVG, &model->pgm->cp_dp);
+    device_to_host(&loss, buf, sizeof(float));
+    *aux = model->cfg.num_experts > 0 ? moe_step_statistics(model) : 0.0f;
+    return loss;
+}
+
+void moe_report(const Model *model) {
+    const Config *c = &model->cfg;
+    const MoeStats *st = &model->moe_stats;
+    int E = c->num_experts, K = c->num_experts_per_tok, steps = st->steps;
+    if (E == 0 || steps == 0) return;
+    double pairs = (double)c->micro_batch_size * c->seq_length * c->gradient_accumulation_steps *
+                   c->dp_size * K; // (token, expert) pairs per layer and step
+    printf("mixture of experts: %d experts, top-%d, %d steps; pairs routed to each expert per step "
+           "(layer by layer), their max/mean (1: even), pairs dropped by the capacity\n",
+           E, K, steps);
+    double balance = 0, dropped = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const double *run = st->run + (size_t)l * (E + 2);
+        printf("  layer %d:", l);
+        for (int e = 0; e < E && e < 16; e++) printf(" %.1f", run[e] / steps);
+        printf("%s | max/mean %.3f | dropped %.1f%%\n", E > 16 ? " ..." : "", run[E + 1] / steps,
+               100.0 * run[E] / (steps * pairs));
+        balance += run[E + 1] / steps, dropped += run[E] / steps;
+    }
+    printf("router balance: max/mean pairs per expert %.4f (mean over %d layers and %d steps); "
+           "dropped %.2f%% of pairs\n",
+           balance / c->num_hidden_layers, c->num_hidden_layers, steps,
+           100.0 * dropped / (c->num_hidden_layers * pairs));
+}
