@@ -4,38 +4,16 @@
 // expert capacity (Lepikhin et al. 2020): an expert takes at most `capacity` pairs, the first
 // ones in token order. The experts themselves are matmul_* and swiglu_* on those rows (moe.c).
 #include "backend/backend.h"
+#include "backend/moe_route.h"
 #include <math.h>
 #include <string.h>
 
 void moe_router_forward(float *probs, int *topk_ids, float *topk_w, const float *logits, int N,
                         int E, int K) {
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * E;
-        float *p = probs + (size_t)n * E;
-        int *ids = topk_ids + (size_t)n * K;
-        float *w = topk_w + (size_t)n * K;
-        // softmax in float, as Mixtral's router_logits.float()
-        float m = -INFINITY, sum = 0.0f;
-        for (int e = 0; e < E; e++) m = fmaxf(m, l[e]);
-        for (int e = 0; e < E; e++) p[e] = expf(l[e] - m), sum += p[e];
-        for (int e = 0; e < E; e++) p[e] /= sum;
-        // choice j is the largest prob that comes after choice j-1 in the order (prob descending,
-        // index ascending): ties go to the lower index, and no "taken" mask is needed
-        float chosen = 0.0f;
-        for (int j = 0, prev = -1; j < K; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int after = prev < 0 || p[e] < p[prev] || (p[e] == p[prev] && e > prev);
-                if (after && (best < 0 || p[e] > p[best])) best = e;
-            }
-            if (best < 0) best = j; // only a NaN row gets here: keep the index valid, NaN flows on
-            ids[j] = prev = best;
-            chosen += p[best];
-        }
-        // Mixtral renormalises the K weights to sum to 1
-        for (int j = 0; j < K; j++) w[j] = p[ids[j]] / chosen;
-    }
+    for (int n = 0; n < N; n++)
+        moe_route_token(probs + (size_t)n * E, topk_ids + (size_t)n * K, topk_w + (size_t)n * K,
+                        logits + (size_t)n * E, E, K);
 }
 
 void moe_dispatch(int *counts, int *offsets, int *pos, const int *topk_ids, int N, int E, int K,

@@ -3,33 +3,15 @@
 // one thread per token for the router (E is small), one block for the counting sort, and no
 // atomics, so every result is the same bits from run to run.
 #include "backend/cuda/common.h"
+#include "backend/moe_route.h"
 
 // one thread per token, the CPU's loop body
 __global__ static void moe_router_forward_kernel(float *probs, int *topk_ids, float *topk_w,
                                                  const float *logits, int N, int E, int K) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    const float *l = logits + (size_t)n * E;
-    float *p = probs + (size_t)n * E;
-    int *ids = topk_ids + (size_t)n * K;
-    float *w = topk_w + (size_t)n * K;
-    float m = -INFINITY, sum = 0.0f;
-    for (int e = 0; e < E; e++) m = fmaxf(m, l[e]);
-    for (int e = 0; e < E; e++) p[e] = expf(l[e] - m), sum += p[e];
-    for (int e = 0; e < E; e++) p[e] /= sum;
-    // choice j: the largest prob after choice j-1 in the order (prob descending, index ascending)
-    float chosen = 0.0f;
-    for (int j = 0, prev = -1; j < K; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool after = prev < 0 || p[e] < p[prev] || (p[e] == p[prev] && e > prev);
-            if (after && (best < 0 || p[e] > p[best])) best = e;
-        }
-        if (best < 0) best = j; // only a NaN row gets here: keep the index valid, NaN flows on
-        ids[j] = prev = best;
-        chosen += p[best];
-    }
-    for (int j = 0; j < K; j++) w[j] = p[ids[j]] / chosen;
+    moe_route_token(probs + (size_t)n * E, topk_ids + (size_t)n * K, topk_w + (size_t)n * K,
+                    logits + (size_t)n * E, E, K);
 }
 
 // One block. Thread t owns experts t, t + blockDim, ...: it counts their pairs, then, after

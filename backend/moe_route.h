@@ -1,0 +1,37 @@
+// Mixtral's routing of one token, shared by backend/cpu/moe.c and backend/cuda/moe.cu (one
+// thread per token there) so that both devices choose from the same source: the softmax of the
+// router's logits in float, as Mixtral's router_logits.float(), the K largest probabilities, and
+// those K renormalised to sum to 1.
+#pragma once
+#include <math.h>
+
+#ifndef HOST_DEVICE
+#ifdef __CUDACC__
+#define HOST_DEVICE __host__ __device__
+#else
+#define HOST_DEVICE
+#endif
+#endif
+
+// p (E) = softmax(l (E)); ids (K) the experts chosen, largest first; w (K) their renormalised probs
+static HOST_DEVICE void moe_route_token(float *p, int *ids, float *w, const float *l, int E,
+                                        int K) {
+    float m = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++) m = fmaxf(m, l[e]);
+    for (int e = 0; e < E; e++) p[e] = expf(l[e] - m), sum += p[e];
+    for (int e = 0; e < E; e++) p[e] /= sum;
+    // choice j is the largest prob that comes after choice j-1 in the order (prob descending,
+    // index ascending): ties go to the lower index, and no "taken" mask is needed
+    float chosen = 0.0f;
+    for (int j = 0, prev = -1; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int after = prev < 0 || p[e] < p[prev] || (p[e] == p[prev] && e > prev);
+            if (after && (best < 0 || p[e] > p[best])) best = e;
+        }
+        if (best < 0) best = j; // only a NaN row gets here: keep the index valid, NaN flows on
+        ids[j] = prev = best;
+        chosen += p[best];
+    }
+    for (int j = 0; j < K; j++) w[j] = p[ids[j]] / chosen;
+}
