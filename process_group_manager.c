@@ -92,3 +92,16 @@ void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *
     trace_comm_started(&h, g, OP_ALL_REDUCE, (size_t)count * size);
     comm_wait(&h);
 }
+
+void all_to_all_host_counts(size_t *recv_counts, const size_t *send_counts, Group *g) {
+    _Static_assert(sizeof(size_t) == sizeof(uint64_t), "counts travel as MPI_UINT64_T");
+    if (g->size == 1) { // what this rank sends itself
+        recv_counts[0] = send_counts[0];
+        return;
+    }
+    Handle h = {.count = 1};
+    mpiCheck(MPI_Ialltoall(send_counts, 1, MPI_UINT64_T, recv_counts, 1, MPI_UINT64_T, g->comm,
+                           &h.req[0]));
+    trace_comm_started(&h, g, OP_ALL_TO_ALL, (size_t)(g->size - 1) * sizeof(uint64_t));
+    comm_wait(&h);
+}

@@ -48,7 +48,8 @@ static struct {
 
 static const char *group_names[GROUP_KINDS] = {"other", "world", "tp", "cp", "pp", "dp", "embed"};
 static const char *op_names[] = {"",          "all_reduce", "send",           "recv",
-                                 "send_recv", "barrier",    "reduce_scatter", "all_gather"};
+                                 "send_recv", "barrier",    "reduce_scatter", "all_gather",
+                                 "all_to_all"};
 
 static int recording(void) {
     return tr.events && tr.in_step && tr.steps_begun <= tr.trace_steps;

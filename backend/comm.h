@@ -37,7 +37,8 @@ typedef enum {
     OP_SEND_RECV,
     OP_BARRIER,
     OP_REDUCE_SCATTER,
-    OP_ALL_GATHER
+    OP_ALL_GATHER,
+    OP_ALL_TO_ALL
 } CommOp;
 
 // a communication in flight; comm_wait() ends it
@@ -49,6 +50,7 @@ typedef struct {
     int avg_size;
     float *move_to, *move_from; // CPU reduce-scatter: MPI leaves this rank's piece at the front
     size_t move_n;
+    int *mpi_layout; // MPI_Ialltoallv's counts and displacements: MPI reads them until it ends
     void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
     // for trace.c: what travels, on which group, since when; OP_NONE: nothing (more) to record.
     // Once it has ended: when, and how long this rank waited for it (data_parallel.c reads them)
@@ -74,6 +76,16 @@ Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g);
 void reduce_scatter(float *buf, size_t n, ReduceOp op, Group *g);
 Handle all_gather_start(float *buf, size_t n, Group *g);
 void all_gather(float *buf, size_t n, Group *g);
+// Expert parallelism's token dispatch and combine (MPI_Alltoallv; with NCCL, a grouped send and
+// receive per peer, as Megatron-LM and DeepSpeed do): send_counts[r] floats go to rank r, taken
+// one after another from sendbuf in rank order; recv_counts[r] floats arrive from rank r, placed
+// one after another in recvbuf in rank order. Not in place. Counts are host arrays of g->size
+// entries, and recv_counts[r] must equal rank r's send_counts[this rank]: exchange them first
+// with all_to_all_host_counts. Bytes sent, for trace.c: the floats to the other ranks.
+Handle all_to_all_start(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
+                        const size_t *send_counts, Group *g);
+void all_to_all(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
+                const size_t *send_counts, Group *g);
 void send(const float *buf, size_t n, int dst, Group *g);
 void recv(float *buf, size_t n, int src, Group *g);
 // send to dst and receive from src at once (pipeline neighbours, the context ring); a NULL
@@ -89,3 +101,6 @@ void barrier(Group *g);
 // Host values every rank must agree on (a stop flag, checksums), over MPI whatever the backend;
 // waited for by comm_wait like every other wait
 void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *g);
+// counts first, then the tokens: recv_counts[r] becomes rank r's send_counts[this rank] (host
+// arrays of g->size entries), over MPI whatever the backend, waited for by comm_wait
+void all_to_all_host_counts(size_t *recv_counts, const size_t *send_counts, Group *g);

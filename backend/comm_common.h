@@ -59,6 +59,52 @@ static inline size_t piece_of(size_t n, const char *what, Group *g) {
     return n / g->size;
 }
 
+// all_to_all: the floats that come back to this rank from itself (a copy, never on the wire),
+// which both count arrays must agree on; and where that part starts in sendbuf and recvbuf
+static inline size_t all_to_all_self(size_t *send_at, size_t *recv_at, const size_t *recv_counts,
+                                     const size_t *send_counts, Group *g) {
+    if (recv_counts[g->rank] != send_counts[g->rank])
+        FAIL("recv_counts[r] must equal rank r's send_counts[this rank]: exchange the counts "
+             "first with all_to_all_host_counts",
+             "all_to_all on rank %d sends itself %zu floats but expects %zu", g->rank,
+             send_counts[g->rank], recv_counts[g->rank]);
+    *send_at = *recv_at = 0;
+    for (int r = 0; r < g->rank; r++) {
+        *send_at += send_counts[r];
+        *recv_at += recv_counts[r];
+    }
+    return send_counts[g->rank];
+}
+
+// all_to_all's bytes sent, for trace.c: what goes to the other ranks, not to itself
+static inline size_t all_to_all_bytes(const size_t *send_counts, Group *g) {
+    size_t n = 0;
+    for (int r = 0; r < g->size; r++)
+        if (r != g->rank) n += send_counts[r];
+    return n * sizeof(float);
+}
+
+// MPI_Ialltoallv's int arrays, laid out send counts, send displacements, receive counts, receive
+// displacements (g->size each); kept in h until the call ends, since MPI reads them until then.
+// Returns the floats sent (*send_n) and received in all.
+static inline size_t mpi_all_to_all_layout(Handle *h, size_t *send_n, const size_t *recv_counts,
+                                           const size_t *send_counts, Group *g) {
+    int size = g->size;
+    int *layout = (int *)xmalloc(4 * (size_t)size * sizeof(int));
+    size_t at[2] = {0, 0};
+    for (int r = 0; r < size; r++) {
+        const size_t *counts[2] = {send_counts, recv_counts};
+        for (int side = 0; side < 2; side++) {
+            layout[(2 * side) * size + r] = mpi_count(counts[side][r], "all_to_all count");
+            layout[(2 * side + 1) * size + r] = mpi_count(at[side], "all_to_all displacement");
+            at[side] += counts[side][r];
+        }
+    }
+    h->mpi_layout = layout;
+    *send_n = at[0];
+    return at[1];
+}
+
 // what trace.c calls a send_recv with one half skipped (a NULL buffer)
 static inline CommOp p2p_op(const float *sendbuf, const float *recvbuf) {
     return !recvbuf ? OP_SEND : !sendbuf ? OP_RECV : OP_SEND_RECV;

@@ -189,6 +189,71 @@ static void check_send_recv_ring(Group *g, size_t n, int salt) {
     free(from_next);
 }
 
+// expert parallelism's per-pair counts: up to n floats from rank src to rank dst, none from a rank
+// to the next one (an expert no token of that rank chose) and none for a quarter of the others
+static size_t a2a_count(int src, int dst, size_t n, int size, int salt) {
+    float u = value(src, (size_t)dst, salt) / (float)(1 + src); // in [-1, 1)
+    if (size > 1 && dst == (src + 1) % size) return 0;
+    return u < -0.5f ? 0 : 1 + (size_t)((u + 0.5f) / 1.5f * (float)n) % n;
+}
+
+// the float at index i of what rank src sends rank dst: no two senders, receivers or places alike
+static float a2a_value(int src, int dst, size_t i, int salt) {
+    return value(src, i, salt + 1000 * (dst + 1));
+}
+
+// every rank sends every rank (itself too) its own count of floats: the counts go first
+// (all_to_all_host_counts must hand each rank what its senders chose), then all_to_all, blocking
+// and started then waited, must put each sender's floats in its place exactly, and count for
+// trace.c the bytes to the other ranks only
+static void check_all_to_all(Group *g, size_t n, int salt) {
+    int me = g->rank, size = g->size;
+    size_t *send_counts = xmalloc(size * sizeof(size_t)),
+           *recv_counts = xmalloc(size * sizeof(size_t));
+    size_t send_n = 0, recv_n = 0, bytes = 0, zeros = 0;
+    for (int r = 0; r < size; r++) {
+        send_counts[r] = a2a_count(me, r, n, size, salt);
+        send_n += send_counts[r];
+        bytes += r == me ? 0 : send_counts[r] * sizeof(float);
+    }
+    for (int src = 0; src < size; src++)
+        for (int dst = 0; dst < size; dst++) zeros += a2a_count(src, dst, n, size, salt) == 0;
+    all_to_all_host_counts(recv_counts, send_counts, g);
+    double bad_counts = 0;
+    for (int r = 0; r < size; r++) {
+        bad_counts += recv_counts[r] != a2a_count(r, me, n, size, salt);
+        recv_n += recv_counts[r];
+    }
+    report("all_to_all_host_counts", (size_t)size, g, bad_counts, 0);
+    float *sendbuf = xmalloc(send_n * sizeof(float)), *recvbuf = xmalloc(recv_n * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {
+        int s = salt + pass;
+        float *x = sendbuf;
+        for (int r = 0; r < size; r++)
+            for (size_t i = 0; i < send_counts[r]; i++) *x++ = a2a_value(me, r, i, s);
+        for (size_t i = 0; i < recv_n; i++) recvbuf[i] = NAN; // a float never written shows
+        double bad = 0;
+        if (pass == 0) {
+            all_to_all(recvbuf, recv_counts, sendbuf, send_counts, g);
+        } else {
+            Handle h = all_to_all_start(recvbuf, recv_counts, sendbuf, send_counts, g);
+            bad += h.bytes != (size > 1 ? bytes : 0); // a group of one sends nothing
+            comm_wait(&h);
+        }
+        x = recvbuf;
+        for (int r = 0; r < size; r++)
+            for (size_t i = 0; i < recv_counts[r]; i++) bad += *x++ != a2a_value(r, me, i, s);
+        char what[64];
+        snprintf(what, sizeof what, "all_to_all%s (%zu/%d pairs 0)", pass ? "_start" : "", zeros,
+                 size * size);
+        report(what, n, g, bad, 0);
+    }
+    free(sendbuf);
+    free(recvbuf);
+    free(send_counts);
+    free(recv_counts);
+}
+
 static void check_group(Group *g, int salt) {
     for (int s = 0; s < NSIZES; s++) {
         size_t n = SIZES[s];
@@ -197,6 +262,7 @@ static void check_group(Group *g, int salt) {
         if (g->size > 1) check_send_recv_chain(g, n, salt + 9);
         check_send_recv_ring(g, n, salt + 10);
         check_reduce_scatter_all_gather(g, n, salt + 11);
+        check_all_to_all(g, n, salt + 12);
     }
     barrier(g);
 }

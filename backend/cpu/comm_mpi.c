@@ -44,6 +44,8 @@ void comm_wait(Handle *h) {
     }
     h->count = 0;
     trace_comm_finished(h, wait_started);
+    free(h->mpi_layout);
+    h->mpi_layout = NULL;
     if (h->move_to) {
         memmove(h->move_to, h->move_from, h->move_n * sizeof(float));
         h->move_to = NULL;
@@ -121,6 +123,31 @@ Handle all_gather_start(float *buf, size_t n, Group *g) {
 
 void all_gather(float *buf, size_t n, Group *g) {
     Handle h = all_gather_start(buf, n, g);
+    comm_wait(&h);
+}
+
+// the part to oneself travels through MPI with the rest, except in a group of one: a copy
+Handle all_to_all_start(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
+                        const size_t *send_counts, Group *g) {
+    Handle h = handle_done();
+    size_t send_at, recv_at, send_n;
+    size_t self_n = all_to_all_self(&send_at, &recv_at, recv_counts, send_counts, g);
+    if (g->size == 1) {
+        if (self_n > 0) memcpy(recvbuf, sendbuf, self_n * sizeof(float));
+        return h;
+    }
+    mpi_all_to_all_layout(&h, &send_n, recv_counts, send_counts, g);
+    int *l = h.mpi_layout, size = g->size;
+    mpiCheck(MPI_Ialltoallv(sendbuf, l, l + size, MPI_FLOAT, recvbuf, l + 2 * size, l + 3 * size,
+                            MPI_FLOAT, g->comm, &h.req[0]));
+    h.count = 1;
+    trace_comm_started(&h, g, OP_ALL_TO_ALL, all_to_all_bytes(send_counts, g));
+    return h;
+}
+
+void all_to_all(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
+                const size_t *send_counts, Group *g) {
+    Handle h = all_to_all_start(recvbuf, recv_counts, sendbuf, send_counts, g);
     comm_wait(&h);
 }
 

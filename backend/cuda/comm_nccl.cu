@@ -174,6 +174,8 @@ void comm_wait(Handle *h) {
     }
     h->count = 0;
     trace_comm_finished(h, wait_started);
+    free(h->mpi_layout);
+    h->mpi_layout = NULL;
     if (op) {
         if (op->dst)
             host_to_device(op->dst, op->host_recv ? op->host_recv : op->host,
@@ -314,6 +316,66 @@ void all_gather(float *buf, size_t n, Group *g) {
     PROFILE(PROFILE_COMM);
     Handle h = all_gather_any(buf, n, g, 0);
     comm_wait(&h);
+}
+
+// Expert parallelism's dispatch and combine. "nccl" has no all-to-all-v: one grouped ncclSend and
+// ncclRecv per peer with floats to move (both ends agree on which), the part to oneself a device
+// copy on the same stream. "mpi": MPI_Ialltoallv on host copies, the part to oneself included.
+static Handle all_to_all_any(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
+                             const size_t *send_counts, Group *g, int async) {
+    Handle h = handle_done();
+    size_t send_at, recv_at, send_n;
+    size_t self_n = all_to_all_self(&send_at, &recv_at, recv_counts, send_counts, g);
+    if (g->size == 1 && !g->nccl) {
+        if (self_n > 0) device_copy(recvbuf, sendbuf, self_n * sizeof(float));
+        return h;
+    }
+    trace_comm_started(&h, g, OP_ALL_TO_ALL, all_to_all_bytes(send_counts, g));
+    if (g->nccl) {
+        cudaStream_t stream = async ? stream_after_compute(g) : 0;
+        if (self_n > 0)
+            cudaCheck(cudaMemcpyAsync(recvbuf + recv_at, sendbuf + send_at, self_n * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+        ncclComm_t nccl = (ncclComm_t)g->nccl;
+        size_t sent = 0, got = 0;
+        ncclCheck(ncclGroupStart());
+        for (int r = 0; r < g->size; r++) {
+            if (r != g->rank && send_counts[r] > 0)
+                ncclCheck(ncclSend(sendbuf + sent, send_counts[r], ncclFloat, r, nccl, stream));
+            if (r != g->rank && recv_counts[r] > 0)
+                ncclCheck(ncclRecv(recvbuf + got, recv_counts[r], ncclFloat, r, nccl, stream));
+            sent += send_counts[r];
+            got += recv_counts[r];
+        }
+        ncclCheck(ncclGroupEnd());
+        if (async) record_done(&h, g);
+        return h;
+    }
+    size_t recv_n = mpi_all_to_all_layout(&h, &send_n, recv_counts, send_counts, g);
+    DeviceOp *op = op_new();
+    op->host = host_copy(sendbuf, send_n);
+    op->host_recv = (float *)xmalloc(recv_n * sizeof(float));
+    op->dst = recv_n > 0 ? recvbuf : NULL;
+    op->dst_n = recv_n;
+    h.device_op = op;
+    int *l = h.mpi_layout, size = g->size;
+    mpiCheck(MPI_Ialltoallv(op->host, l, l + size, MPI_FLOAT, op->host_recv, l + 2 * size,
+                            l + 3 * size, MPI_FLOAT, g->comm, &h.req[0]));
+    h.count = 1;
+    return h;
+}
+
+Handle all_to_all_start(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
+                        const size_t *send_counts, Group *g) {
+    PROFILE(PROFILE_COMM);
+    return all_to_all_any(recvbuf, recv_counts, sendbuf, send_counts, g, 1);
+}
+
+void all_to_all(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
+                const size_t *send_counts, Group *g) {
+    PROFILE(PROFILE_COMM);
+    Handle h = all_to_all_any(recvbuf, recv_counts, sendbuf, send_counts, g, 0);
+    comm_wait(&h); // "nccl": queued in order with the kernels, only the counters to update
 }
 
 void send(const float *buf, size_t n, int dst, Group *g) {

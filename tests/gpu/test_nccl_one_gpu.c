@@ -60,6 +60,30 @@ static void check_all_reduce(Group *g, ReduceOp op, int started, size_t n, const
     free(host);
 }
 
+// expert parallelism's all_to_all over one rank: the part to oneself, a device copy on the
+// compute stream (blocking) or on the group's stream behind an event (started)
+static void check_all_to_all(Group *g, int started, size_t n, const char *what) {
+    float *host = pattern(n, 3);
+    float *send_dev = (float *)device_malloc(n * sizeof(float));
+    float *recv_dev = (float *)device_malloc(n * sizeof(float));
+    host_to_device(send_dev, host, n * sizeof(float));
+    size_t counts[1] = {n};
+    double t0 = now_seconds();
+    if (started) {
+        Handle h = all_to_all_start(recv_dev, counts, send_dev, counts, g);
+        while (!comm_test(&h)) {
+        }
+        comm_wait(&h);
+    } else {
+        all_to_all(recv_dev, counts, send_dev, counts, g);
+    }
+    device_synchronize();
+    report(what, n, differing(recv_dev, host, n), 1e3 * (now_seconds() - t0));
+    device_free(send_dev);
+    device_free(recv_dev);
+    free(host);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     setenv("PICOTRON_NCCL_GROUP_OF_ONE", "1", 1);
@@ -116,6 +140,8 @@ int main(int argc, char **argv) {
     device_free(send_dev);
     device_free(recv_dev);
     free(ring);
+    check_all_to_all(&g, 0, small, "all_to_all to oneself (compute stream)");
+    check_all_to_all(&g, 1, big, "all_to_all_start to oneself (own stream, event)");
     barrier(&g);
     group_free(&g);
     printf("%d passed, %d failed\n", passed, failed);
