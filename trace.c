@@ -227,15 +227,16 @@ static double measured_bubble(void) {
     Group *pp = &tr.pgm->pp;
     int n = tr.num_windows, first = n > 1; // the first step warms up
     if (pp->size == 1 || n == 0) return -1.0;
-    double *begin = xmalloc(2 * n * sizeof(double)), *end = begin + n, sum = 0.0;
+    // minus each window's begin, then its end: one all-reduce of the maximum gives every step's
+    // earliest begin and latest end over the stages
+    double *span = xmalloc(2 * n * sizeof(double)), sum = 0.0;
     for (int i = 0; i < n; i++) {
-        begin[i] = tr.windows[i].begin + tr.clock_offset;
-        end[i] = tr.windows[i].end + tr.clock_offset;
+        span[i] = -(tr.windows[i].begin + tr.clock_offset);
+        span[n + i] = tr.windows[i].end + tr.clock_offset;
     }
-    all_reduce_host(begin, n, MPI_DOUBLE, MPI_MIN, pp);
-    all_reduce_host(end, n, MPI_DOUBLE, MPI_MAX, pp);
-    for (int i = first; i < n; i++) sum += 1.0 - tr.windows[i].compute / (end[i] - begin[i]);
-    free(begin);
+    all_reduce_host(span, 2 * n, MPI_DOUBLE, MPI_MAX, pp);
+    for (int i = first; i < n; i++) sum += 1.0 - tr.windows[i].compute / (span[n + i] + span[i]);
+    free(span);
     return sum / (n - first);
 }
 
