@@ -10,7 +10,10 @@
 #     ends on the one-rank weights;
 #  4. a bad pp_virtual_stages is one line naming the key, exit status not 0, no rank left;
 #  5. the measured bubble (the report of a traced run, p=4, m=8) with V=2 is within BUBBLE_TOL of
-#     (p-1)/(V*m+p-1) and below the V=1 run's; the trace names each forward's chunk.
+#     (p-1)/(V*m+p-1) and below the V=1 run's; the trace names each forward's chunk;
+#  6. the same runs' stage-0 activations equal the shapes with the slots each schedule holds (4,
+#     then 8: interleaving keeps more micro-batches in flight), within 5%, and the memory table
+#     is 95-100% of the allocator's own peak.
 # The bubble is a time: 4 ranks share this machine's cores, so it is compared with a tolerance.
 # That the schedule never deadlocks and holds the activation slots it should: tests/t_54.
 cd "$(dirname "$0")/.." && source tests/layout_harness.sh
@@ -119,5 +122,24 @@ else
     else
         fail "bubble_v2: no forward of chunk 1 in the trace"
     fi
+    # 6. memory: stage 0 (the embedding, no head; L = 2 local layers) holds 4 slots at V=1 and
+    # 8 at V=2, each with resid rows (L+V, N, C); its activations column equals the shapes, and
+    # the table accounts for the allocator's own peak
+    for v in 1 2; do
+        slots=$((v == 1 ? 4 : 8)) got=$(activations_mb bubble_v$v) share=""
+        want=$(awk -v V=$v -v slots=$slots 'BEGIN { N = 256; C = 512; L = 2; H = 4; KV = 2
+            D = 128; I = 1536; S = N * (3 * C + 2 + 2 * H * D + 2 * KV * D + 3 * I + H)
+            slot = (L + V) * N * C + L * S + 2 * N # resid, the saved tensors of each layer, tokens
+            shared = S + N * C + 1 + 2 * N * C     # backward buffers, scalar, pipeline gradients
+            printf "%.3f", 4 * (slots * slot + shared) / 1e6 }')
+        if awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d
+            exit !(g != "" && d <= 0.05 * w) }' &&
+            share=$(allocator_share_ok "$HARNESS_DIR/bubble_v$v/log"); then
+            echo "ok   bubble_v$v: stage 0 activations $got MB with $slots slots, the shapes say" \
+                "$want MB; $share"
+        else
+            fail "bubble_v$v: stage 0 activations '$got' MB, the shapes say $want MB; $share"
+        fi
+    done
 fi
 [ $harness_failures -eq 0 ]
