@@ -108,20 +108,8 @@ void moe_router_backward(float *dlogits, const float *dtopk_w, const float *prob
     //   => d aux / d p[n, e] = E * counts[e] / tokens^2
     float aux_coef = tokens > 0 ? aux_scale * (float)E / ((float)tokens * (float)tokens) : 0.0f;
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *p = probs + (size_t)n * E;
-        const int *ids = topk_ids + (size_t)n * K;
-        const float *w = topk_w + (size_t)n * K, *dw = dtopk_w + (size_t)n * K;
-        float *dl = dlogits + (size_t)n * E;
-        // forward: w_j = p[ids_j] / s, s = sum_j p[ids_j]
-        //   => d/dp[ids_i] = (dw_i - sum_j dw_j w_j) / s, and 0 for the experts not chosen
-        float s = 0.0f, dot = 0.0f;
-        for (int j = 0; j < K; j++) s += p[ids[j]], dot += dw[j] * w[j];
-        // forward: p = softmax(l)  =>  dl_e = p_e * (dp_e - sum_k p_k dp_k)
-        float pdp = 0.0f;
-        for (int e = 0; e < E; e++) pdp += p[e] * aux_coef * counts[e];
-        for (int j = 0; j < K; j++) pdp += p[ids[j]] * (dw[j] - dot) / s;
-        for (int e = 0; e < E; e++) dl[e] += p[e] * (aux_coef * counts[e] - pdp);
-        for (int j = 0; j < K; j++) dl[ids[j]] += p[ids[j]] * (dw[j] - dot) / s;
-    }
+    for (int n = 0; n < N; n++)
+        moe_route_token_backward(dlogits + (size_t)n * E, dtopk_w + (size_t)n * K,
+                                 probs + (size_t)n * E, topk_ids + (size_t)n * K,
+                                 topk_w + (size_t)n * K, counts, aux_coef, E, K);
 }

@@ -118,20 +118,9 @@ __global__ static void moe_router_backward_kernel(float *dlogits, const float *d
                                                   float aux_coef, int N, int E, int K) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    const float *p = probs + (size_t)n * E;
-    const int *ids = topk_ids + (size_t)n * K;
-    const float *w = topk_w + (size_t)n * K, *dw = dtopk_w + (size_t)n * K;
-    float *dl = dlogits + (size_t)n * E;
-    // forward: w_j = p[ids_j] / s  =>  d/dp[ids_i] = (dw_i - sum_j dw_j w_j) / s
-    float s = 0.0f, dot = 0.0f;
-    for (int j = 0; j < K; j++) s += p[ids[j]], dot += dw[j] * w[j];
-    // forward: p = softmax(l)  =>  dl_e = p_e * (dp_e - sum_k p_k dp_k);
-    // aux adds E counts / tokens^2
-    float pdp = 0.0f;
-    for (int e = 0; e < E; e++) pdp += p[e] * aux_coef * counts[e];
-    for (int j = 0; j < K; j++) pdp += p[ids[j]] * (dw[j] - dot) / s;
-    for (int e = 0; e < E; e++) dl[e] += p[e] * (aux_coef * counts[e] - pdp);
-    for (int j = 0; j < K; j++) dl[ids[j]] += p[ids[j]] * (dw[j] - dot) / s;
+    moe_route_token_backward(dlogits + (size_t)n * E, dtopk_w + (size_t)n * K,
+                             probs + (size_t)n * E, topk_ids + (size_t)n * K,
+                             topk_w + (size_t)n * K, counts, aux_coef, E, K);
 }
 
 void moe_router_forward(float *probs, int *topk_ids, float *topk_w, const float *logits, int N,
