@@ -39,7 +39,7 @@ else
   LDLIBS   += -lblis
 endif
 
-CORE_SRC = utils.c config.c data.c model.c model_memory.c model_moe.c moe.c optimizer.c process_group_manager.c data_parallel.c \
+CORE_SRC = utils.c config.c data.c model.c model_memory.c model_moe.c moe.c expert_parallel.c optimizer.c process_group_manager.c data_parallel.c \
            tensor_parallel.c pipeline_parallel.c context_parallel.c checkpoint.c safetensors.c tokenizer.c \
            trace.c svg.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)

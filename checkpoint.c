@@ -44,10 +44,11 @@ static uint64_t checksum_block(const float *block, const ParamInfo *p) {
 }
 
 // The rank that writes p's block, and counts it in the checksum: one copy of every element in the
-// job (the first dp and cp replica; one tp rank for the norms; the first stage's tied embedding)
+// job (the first dp and cp replica; one tp rank for the norms; the first stage's tied embedding;
+// for an expert's tensor, the rank of the first ep group that holds it)
 static int owns_block(const Model *model, const ParamInfo *p) {
-    return model->pgm->dp_rank == 0 && model->pgm->cp_rank == 0 &&
-           model_param_counts_once(model, p);
+    int replica = p->expert ? model->pgm->dp_rank / model->pgm->ep_size : model->pgm->dp_rank;
+    return replica == 0 && model->pgm->cp_rank == 0 && model_param_counts_once(model, p);
 }
 
 // Does this rank write p's elements of this part, and count them in the checksum? The moments
@@ -309,6 +310,7 @@ static void commit_save(const char *dir, const char *tmp, int step, const Model 
     cJSON_AddNumberToObject(layout, "tp_size", c->tp_size);
     cJSON_AddNumberToObject(layout, "pp_size", c->pp_size);
     cJSON_AddNumberToObject(layout, "cp_size", c->cp_size);
+    cJSON_AddNumberToObject(layout, "ep_size", c->ep_size);
     cJSON_AddBoolToObject(layout, "cp_zigzag", c->cp_zigzag);
     cJSON_AddStringToObject(s, "architecture_fingerprint", fingerprint);
     cJSON *checksums = cJSON_AddObjectToObject(s, "checksums");
@@ -388,7 +390,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     const float *buffers[NUM_PARTS] = {model->params, opt->m, opt->v};
     // the other data- and context-parallel replicas hold copies: they copy and write nothing,
     // except each one's shard of the moments under ZeRO-1
-    int writer = pgm->dp_rank == 0 && pgm->cp_rank == 0;
+    int writer = pgm->dp_rank < pgm->ep_size && pgm->cp_rank == 0; // the first ep group's
     for (int part = 0; part < NUM_PARTS; part++) {
         if (!writer && !(part > 0 && opt->zero1)) continue;
         size_t floats = part == 0 ? model->num_params : opt->num_params;

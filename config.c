@@ -37,6 +37,7 @@ static const Field fields[] = {
     KEY("distributed", "cp_size", T_INT, cp_size),
     KEY("distributed", "pp_size", T_INT, pp_size),
     KEY("distributed", "dp_size", T_INT, dp_size),
+    KEY("distributed", "ep_size", T_INT, ep_size),
     KEY("distributed", "pp_engine", T_STR, pp_engine),
     KEY("distributed", "pp_virtual_stages", T_INT, pp_virtual_stages),
     KEY("distributed", "backend", T_STR, backend),
@@ -170,7 +171,7 @@ const char *config_preset_names(void) {
 
 void config_defaults(Config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cfg->tp_size = cfg->cp_size = cfg->pp_size = cfg->dp_size = 1;
+    cfg->tp_size = cfg->cp_size = cfg->pp_size = cfg->dp_size = cfg->ep_size = 1;
     strcpy(cfg->pp_engine, "1f1b");
     cfg->pp_virtual_stages = 1;
 #ifdef PICOTRON_GPU
@@ -405,6 +406,30 @@ static void config_validate_experts(const Config *c) {
           "keeps an expert's first pairs in token order, and cp splits the sequence); set one of "
           "them",
           c->moe_capacity_factor, c->cp_size);
+    CHECK(E % c->ep_size == 0,
+          "distributed.ep_size = %d does not divide model.num_experts = %d (each ep rank holds "
+          "num_experts/ep_size experts)",
+          c->ep_size, E);
+}
+
+// expert parallelism: ep of the dp ranks share out the experts and trade tokens
+static void config_validate_expert_parallel(const Config *c) {
+    CHECK(c->num_experts > 0,
+          "distributed.ep_size = %d needs a mixture of experts: set model.num_experts (e.g. 8), "
+          "or ep_size to 1",
+          c->ep_size);
+    CHECK(c->dp_size % c->ep_size == 0,
+          "distributed.ep_size = %d must divide distributed.dp_size = %d (the ep ranks are "
+          "data-parallel ranks that split the experts; raise dp_size)",
+          c->ep_size, c->dp_size);
+    CHECK(!c->zero1,
+          "distributed.zero1 with distributed.ep_size = %d is not supported (ZeRO-1 shards one "
+          "flat buffer over the cp*dp replicas, which hold different experts); set one of them off",
+          c->ep_size);
+    CHECK(!c->dp_naive,
+          "distributed.dp_naive with distributed.ep_size = %d is not supported (the experts' "
+          "gradients average over their own replicas, in the buckets); set dp_naive to false",
+          c->ep_size);
 }
 
 void config_validate(const Config *c) {
@@ -428,6 +453,7 @@ void config_validate(const Config *c) {
         {"distributed.pp_size", c->pp_size, 1},
         {"distributed.pp_virtual_stages", c->pp_virtual_stages, 1},
         {"distributed.dp_size", c->dp_size, 1},
+        {"distributed.ep_size", c->ep_size, 1},
         {"distributed.bucket_size_mb", c->bucket_size_mb, 1},
         {"model.hidden_size", c->hidden_size, 1},
         {"model.intermediate_size", c->intermediate_size, 1},
@@ -541,6 +567,7 @@ void config_validate(const Config *c) {
               c->gradient_accumulation_steps, pp, chunks);
     }
     if (c->num_experts > 0) config_validate_experts(c);
+    if (c->ep_size > 1) config_validate_expert_parallel(c);
     CHECK(T <= c->max_position_embeddings,
           "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
           c->max_position_embeddings);

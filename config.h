@@ -6,6 +6,7 @@
 typedef struct {
     // distributed
     int tp_size, cp_size, pp_size, dp_size;
+    int ep_size;           // expert parallelism: the experts split over groups of ep dp ranks
     char pp_engine[16];    // "afab" or "1f1b"
     int pp_virtual_stages; // interleaved 1F1B: chunks of layers per pipeline rank (Megatron's)
     char backend[16];      // "nccl" or "mpi" ("mpi" on the CPU)

@@ -40,6 +40,8 @@ static Flag flags[] = {
     SET("tp", A_INT, tp_size, "tensor-parallel size"),
     SET("pp", A_INT, pp_size, "pipeline-parallel size"),
     SET("cp", A_INT, cp_size, "context-parallel size"),
+    SET("ep", A_INT, ep_size,
+        "expert-parallel size: the experts split over groups of ep dp ranks (divides dp)"),
     SET("pp_engine", A_STR, pp_engine, "pipeline schedule: afab or 1f1b"),
     SET("pp_virtual_stages", A_INT, pp_virtual_stages,
         "interleaved 1F1B: chunks of layers per pipeline rank (1: plain 1F1B)"),

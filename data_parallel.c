@@ -27,6 +27,10 @@
 // through a padded scratch buffer (NCCL's pieces must all be the same size).
 // The tied embedding of a pipeline is summed between its first and last stage after the wait, on
 // the whole averaged gradient: the buckets that hold it are all-reduced even under ZeRO-1.
+// Expert parallelism (expert_parallel.c): a rank holds E/ep experts, whose gradients already sum
+// the tokens of its ep group's ranks. Their replicas are the cp*dp/ep ranks with the same experts,
+// so the experts' tensors get buckets of their own, averaged over those ranks and divided by ep:
+// the mean over all cp*dp replicas' tokens, as for every other weight.
 #include "data_parallel.h"
 #include <math.h>
 #include "backend/backend.h"
@@ -44,6 +48,11 @@ static void account(DataParallel *dp, const Handle *h, double backward_end) {
 // A bucket whose gradients are final: averaged over the replicas (ZeRO-1: each rank's piece only)
 static void start_bucket(DataParallel *dp, int b) {
     float *bucket = dp->grads + dp->start[b];
+    if (dp->expert[b]) { // (never with zero1: config_validate refuses it)
+        scale_inplace(bucket, 1.0f / dp->ep, dp->size[b]);
+        dp->handles[b] = all_reduce_start(bucket, dp->size[b], REDUCE_AVG, dp->expert_group);
+        return;
+    }
     if (!dp->zero1 || dp->all_reduced[b]) {
         dp->handles[b] = all_reduce_start(bucket, dp->size[b], REDUCE_AVG, dp->group);
         return;
@@ -116,6 +125,26 @@ static void zero1_init(DataParallel *dp, const Model *model) {
     dp->pad = last ? device_malloc(last * sizeof(float)) : NULL; // zeroed: the padding adds 0
 }
 
+// Buckets of at most `bucket` floats over the flat buffer in order; under expert parallelism a
+// bucket holds experts' tensors only or none. Counts them, and fills dp's arrays once allocated.
+static int lay_out_buckets(DataParallel *dp, const Model *model, size_t bucket) {
+    const ParamInfo *t = model->table;
+    int n = model->num_tensors, split = model->pgm->ep_size > 1, b = 0;
+    size_t run = 0; // where the current run of tensors of one kind began
+    for (int i = 1; i <= n; i++) {
+        if (i < n && !(split && t[i].expert != t[i - 1].expert)) continue;
+        size_t end = i < n ? t[i].offset : model->num_params;
+        for (size_t lo = run; lo < end; lo += bucket, b++)
+            if (dp->start) {
+                dp->start[b] = lo;
+                dp->size[b] = end - lo < bucket ? end - lo : bucket;
+                dp->expert[b] = split && t[i - 1].expert;
+            }
+        run = end;
+    }
+    return b;
+}
+
 void data_parallel_init(DataParallel *dp, Model *model, Group *group) {
     size_t n = model->num_params;
     size_t bucket = (size_t)model->cfg.bucket_size_mb * 1024 * 1024 / sizeof(float);
@@ -128,17 +157,17 @@ void data_parallel_init(DataParallel *dp, Model *model, Group *group) {
                          .require_backward_grad_sync = 1,
                          .grads_pending = n,
                          .naive = model->cfg.dp_naive,
-                         .zero1 = model->cfg.zero1};
-    dp->num_buckets = (int)((n + bucket - 1) / bucket);
+                         .zero1 = model->cfg.zero1,
+                         .expert_group = &model->pgm->expert_dp,
+                         .ep = model->pgm->ep_size};
+    dp->num_buckets = lay_out_buckets(dp, model, bucket);
     dp->start = xmalloc(dp->num_buckets * sizeof(size_t));
     dp->size = xmalloc(dp->num_buckets * sizeof(size_t));
+    dp->expert = xmalloc(dp->num_buckets * sizeof(int));
     dp->ready = xmalloc(dp->num_buckets * sizeof(size_t));
     dp->handles = xmalloc(dp->num_buckets * sizeof(Handle));
     dp->in_flight = xmalloc(dp->num_buckets * sizeof(int));
-    for (int b = 0; b < dp->num_buckets; b++) {
-        dp->start[b] = b * bucket;
-        dp->size[b] = b * bucket + bucket <= n ? bucket : n - b * bucket;
-    }
+    lay_out_buckets(dp, model, bucket);
     if (dp->zero1) zero1_init(dp, model);
     model->on_grads_ready = data_parallel_grads_ready; // picotron's register_backward_hook
     model->hook_ctx = dp;
@@ -194,6 +223,7 @@ void data_parallel_free(DataParallel *dp) {
     }
     free(dp->start);
     free(dp->size);
+    free(dp->expert);
     free(dp->ready);
     free(dp->handles);
     free(dp->in_flight);

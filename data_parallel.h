@@ -10,6 +10,11 @@ typedef struct {
     Group *group; // cp*dp: every replica of this rank's parameters
     int num_buckets;
     size_t *start, *size, *ready; // (num_buckets): a range of the flat gradient buffer
+    // expert parallelism: a bucket of experts' gradients (expert[b]) averages over the replicas of
+    // those experts (expert_group, cp*dp/ep ranks) and is divided by ep (see start_bucket)
+    int *expert;
+    Group *expert_group;
+    int ep;
     Handle *handles;
     int *in_flight;
     int require_backward_grad_sync; // picotron's name: 0 while accumulating micro-batches

@@ -159,7 +159,7 @@ static void build_model(Model *model, ProcessGroupManager *pgm, Config *cfg, con
     cfg->seq_length = T;
     cfg->cp_zigzag = 0;
     comm_set_backend("mpi"); // groups of one rank: no NCCL communicator needed
-    process_group_manager_init(pgm, 1, 1, 1, 1);
+    process_group_manager_init(pgm, 1, 1, 1, 1, 1);
     int *positions = xmalloc((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++) positions[t] = t;
     ModelShard shard = {.tp = tensor_parallel_sizes(cfg, &pgm->tp),

@@ -27,6 +27,7 @@ typedef struct {
     int init_kind; // init_tensor's kinds: UNIFORM, NORMAL, CONSTANT
     float init_bound;
     int replicated_tp; // the same on every tp rank (norms): counted once in norms
+    int expert;        // an expert's tensor: one ep rank holds it (expert_parallel.c)
 } ParamInfo;
 
 // The part of the network one pipeline stage runs (pipeline_parallel.c decides it): num_chunks
@@ -141,11 +142,12 @@ typedef struct Model {
     float *recompute_memory, *recompute_output;
     float *logits; // (N, V)
     VocabParallelLossBuffers loss_buffers;
-    float *scalar; // (1): a device float for one-float all-reduces (the step's loss, the grad norm)
+    float *scalar; // (2): device floats for tiny all-reduces (the step's loss, the grad norm)
     RingAttention ring;
     // mixture of experts (cfg.num_experts > 0): one layer's sizes, the backward's buffers shared
     // by every layer and slot, and the statistics of the load
     MoeSizes moe;
+    ExpertParallel ep; // which experts this rank holds, and the all-to-alls' bytes and time
     MoeGrads moe_grads;
     MoeStats moe_stats;
     // data parallelism's backward hook (picotron's register_backward_hook): called as the

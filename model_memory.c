@@ -162,7 +162,7 @@ void model_alloc_buffers(Model *model, int num_slots) {
         lb->losses = device_malloc(N * sizeof(float));
         lb->loss_sum = device_malloc(sizeof(float));
     }
-    model->scalar = device_malloc(sizeof(float));
+    model->scalar = device_malloc(2 * sizeof(float));
 }
 
 // what model_alloc_buffers allocates for `slots` micro-batches in flight: their slots (with their

@@ -5,7 +5,8 @@
 // (counted once, as the norms); each expert e has its own gate_proj, up_proj and down_proj,
 // model.layers.{l}.mlp.experts.{e}.*_proj.weight (Qwen2-MoE's names), split over tp exactly as
 // the dense MLP (gate and up column-parallel, down row-parallel: I/tp features of every expert
-// on each tp rank). Separate tensors per expert are what a later expert-parallel axis splits.
+// on each tp rank). Expert parallelism splits the experts themselves: ep rank r lays out experts
+// [r*E/ep, (r+1)*E/ep) only, under their global names (expert_parallel.c moves the tokens).
 //
 // Tensor parallelism: every tp rank holds the same N tokens (gathered first under sequence
 // parallelism), so each routes them identically and runs its I/tp share of every chosen expert;
@@ -27,29 +28,39 @@
 #include "tensor_parallel.h"
 #include "utils.h"
 
+// an expert's tensor: marked so that its gradient averages over its own replicas
+// (data_parallel.c) and its ep rank writes it (checkpoint.c)
+static float *add_expert_param(Model *model, float *base, const char *name, int rows, int cols,
+                               TensorParallelSplit split) {
+    float *p = model_add_param(model, base, name, rows, cols, split, UNIFORM);
+    model->table[model->num_tensors - 1].expert = 1;
+    return p;
+}
+
 void moe_layout_params(Model *model, MlpWeights *m, float *base, int layer) {
     const Config *c = &model->cfg;
     int C = c->hidden_size, I = c->moe_intermediate_size, E = c->num_experts;
+    // this ep rank's experts (model_full_table's grid of one has ep_size 0: all of them)
+    int ep = model->pgm->ep_size > 1 ? model->pgm->ep_size : 1, El = E / ep;
+    int first = model->pgm->ep_rank * El;
     char n[96];
     snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", layer);
     m->moe.router = model_add_param(model, base, n, E, C, REPLICATED, UNIFORM);
-    if (!m->moe.experts) m->moe.experts = xmalloc(E * sizeof(ExpertWeights));
-    for (int e = 0; e < E; e++) {
-        ExpertWeights *x = &m->moe.experts[e];
+    if (!m->moe.experts) m->moe.experts = xmalloc(El * sizeof(ExpertWeights));
+    for (int e = first; e < first + El; e++) {
+        ExpertWeights *x = &m->moe.experts[e - first];
 #define NAME(proj) (snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s", layer, e, proj), n)
         x->gate_proj =
-            model_add_param(model, base, NAME("gate_proj.weight"), I, C, COLUMN_PARALLEL, UNIFORM);
-        x->up_proj =
-            model_add_param(model, base, NAME("up_proj.weight"), I, C, COLUMN_PARALLEL, UNIFORM);
-        x->down_proj =
-            model_add_param(model, base, NAME("down_proj.weight"), C, I, ROW_PARALLEL, UNIFORM);
+            add_expert_param(model, base, NAME("gate_proj.weight"), I, C, COLUMN_PARALLEL);
+        x->up_proj = add_expert_param(model, base, NAME("up_proj.weight"), I, C, COLUMN_PARALLEL);
+        x->down_proj = add_expert_param(model, base, NAME("down_proj.weight"), C, I, ROW_PARALLEL);
 #undef NAME
     }
 }
 
 const float *mlp_grads_end(const Model *model, const MlpWeights *dw) {
     if (model->cfg.num_experts == 0) return dw->down_proj + (size_t)model->C * model->I;
-    return dw->moe.experts[model->moe.E - 1].down_proj + (size_t)model->C * model->moe.I;
+    return dw->moe.experts[model->moe.El - 1].down_proj + (size_t)model->C * model->moe.I;
 }
 
 // out = mid + moe(ln2), ln2 = rmsnorm(mid)
@@ -61,7 +72,8 @@ void moe_mlp_forward(Model *model, float *out, MlpActivations *s, const float *m
                     model->cfg.rms_norm_eps);
     const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2); // (N, C)
     // y, this tp rank's partial sum, may overwrite ln2 in sp->full: moe_forward reads x first
-    moe_forward(sp->full ? sp->full : out, &s->moe, ln2, &w->moe, &model->moe, &model->pgm->cp);
+    moe_forward(sp->full ? sp->full : out, &s->moe, ln2, &w->moe, &model->moe, &model->pgm->cp,
+                &model->ep);
     if (sp->full)
         reduce_scatter_to_sequence_parallel_region(out, sp);
     else
@@ -92,7 +104,7 @@ void moe_mlp_backward(Model *model, float *dresid, const MlpWeights *dw, const M
     // forward: y = combine(experts(ln2)), every tp rank's share of each expert
     const float *dy = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
     device_zero(dln2, (size_t)N * C * sizeof(float));
-    moe_experts_backward(dln2, &dw->moe, g, dy, a, &w->moe, &model->moe);
+    moe_experts_backward(dln2, &dw->moe, g, dy, a, &w->moe, &model->moe, &model->ep);
     // d topk_w[n, j] = dy[n] . out[n, j] needs the expert's whole output, of which this rank
     // holds a partial sum over its I/tp features: the dots add up over tp
     all_reduce(g->dtopk_w, (size_t)N * model->moe.K, REDUCE_SUM, sp->tp);
@@ -123,7 +135,8 @@ void moe_alloc_buffers(Model *model) {
     int I =
         tensor_parallel_shard(COLUMN_PARALLEL, c->moe_intermediate_size, 1, &model->pgm->tp).rows;
     model->moe = moe_sizes(model->B * model->T, model->C, I, c->num_experts, c->num_experts_per_tok,
-                           c->moe_capacity_factor);
+                           c->moe_capacity_factor, model->pgm->ep_size);
+    expert_parallel_init(&model->ep, &model->pgm->ep, c->num_experts);
     moe_grads_alloc(&model->moe_grads, &model->moe);
     size_t rows = (size_t)c->num_hidden_layers * (c->num_experts + 1);
     MoeStats *st = &model->moe_stats;
@@ -212,4 +225,10 @@ void moe_report(const Model *model) {
            "dropped %.2f%% of pairs\n",
            balance / c->num_hidden_layers, c->num_hidden_layers, steps,
            100.0 * dropped / (c->num_hidden_layers * pairs));
+    const ExpertParallel *ep = &model->ep;
+    if (ep->group) // this rank's: the dispatches, the combines and their backward's twins
+        printf("expert parallelism: ep=%d, %d experts per rank; this rank's all-to-alls per step: "
+               "%.1f, %.3f MB sent to the other ep ranks, %.2f ms (counts exchanges included)\n",
+               ep->group->size, ep->num_local, (double)ep->calls / steps, ep->bytes / steps / 1e6,
+               1e3 * ep->seconds / steps);
 }

@@ -27,18 +27,21 @@ static void sum_squares_in_ranges(float *out, const Model *model, const ParamInf
 
 float clip_grad_norm(Model *model, const Optimizer *opt) {
     ProcessGroupManager *pgm = model->pgm;
-    float *sum = model->scalar;
-    device_zero(sum, sizeof(float));
+    float *sum = model->scalar; // the experts' squares in sum[1], the others' in sum[0]
+    device_zero(sum, 2 * sizeof(float));
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
-        if (model_param_counts_once(model, p)) sum_squares_in_ranges(sum, model, p, opt);
+        if (model_param_counts_once(model, p))
+            sum_squares_in_ranges(sum + p->expert, model, p, opt);
     }
     // Without ZeRO-1 every cp*dp replica holds the same averaged gradients: sum over all, divide
-    // them out. With it the replicas' shards are disjoint: each element is counted once.
-    all_reduce(sum, 1, REDUCE_SUM, &pgm->world);
-    float total = 0.0f;
-    device_to_host(&total, sum, sizeof(float));
-    float norm = sqrtf(total / (opt->zero1 ? 1 : pgm->cp_size * pgm->dp_size));
+    // them out (an expert has cp*dp/ep replicas). With it the replicas' shards are disjoint: each
+    // element is counted once.
+    all_reduce(sum, 2, REDUCE_SUM, &pgm->world);
+    float total[2];
+    device_to_host(total, sum, sizeof total);
+    float replicas = opt->zero1 ? 1.0f : (float)pgm->cp_size * pgm->dp_size;
+    float norm = sqrtf(total[0] / replicas + total[1] * pgm->ep_size / replicas);
     float max_norm = model->cfg.grad_clip;
     if (max_norm > 0 && norm > max_norm)
         for (int r = 0; r < opt->num_ranges; r++) // the gradients the optimizer reads

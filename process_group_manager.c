@@ -6,6 +6,7 @@
 // groups ranks by `color` and orders them by `key`, so the key is the axis coordinate and a rank's
 // place in its group is its coordinate on that axis.
 #include "process_group_manager.h"
+#include <string.h>
 #include "trace.h"
 #include "utils.h"
 
@@ -16,7 +17,7 @@ static void split(Group *g, GroupKind kind, int color, int key) {
     g->kind = kind; // trace.c counts each axis's traffic apart
 }
 
-void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp, int dp) {
+void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp, int dp, int ep) {
     int world_size, rank;
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
@@ -24,6 +25,10 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
         user_error("config error: tp_size=%d cp_size=%d pp_size=%d dp_size=%d must each be >= 1 "
                    "(set them in the config's \"distributed\" section)",
                    tp, cp, pp, dp);
+    if (ep < 1 || dp % ep != 0)
+        user_error("config error: distributed.ep_size = %d must divide distributed.dp_size = %d "
+                   "(expert parallelism splits the experts over groups of ep data-parallel ranks)",
+                   ep, dp);
     long grid = (long)tp * cp * pp * dp;
     if (grid != world_size)
         user_error("config error: tp*cp*pp*dp = %d*%d*%d*%d = %ld but mpirun started %d rank%s "
@@ -35,13 +40,15 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
                                  .tp_size = tp,
                                  .cp_size = cp,
                                  .pp_size = pp,
-                                 .dp_size = dp};
+                                 .dp_size = dp,
+                                 .ep_size = ep};
     // invert global_rank = ((dp_rank*pp + pp_rank)*cp + cp_rank)*tp + tp_rank
     pgm->tp_rank = rank % tp;
     pgm->cp_rank = (rank / tp) % cp;
     pgm->pp_rank = (rank / (tp * cp)) % pp;
     pgm->dp_rank = rank / (tp * cp * pp);
-    int t = pgm->tp_rank, c = pgm->cp_rank, p = pgm->pp_rank, d = pgm->dp_rank;
+    pgm->ep_rank = pgm->dp_rank % ep;
+    int t = pgm->tp_rank, c = pgm->cp_rank, p = pgm->pp_rank, d = pgm->dp_rank, e = pgm->ep_rank;
 
     // a duplicate, so the library's messages never meet a caller's on MPI_COMM_WORLD
     MPI_Comm world;
@@ -57,6 +64,10 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
     split(&pgm->pp_grad, GROUP_PP, (d * cp + c) * tp + t, p);
     // gradients are averaged over every rank that holds the same weights: same pp and tp
     split(&pgm->cp_dp, GROUP_DP, p * tp + t, d * cp + c);
+    // expert parallelism: ep consecutive dp ranks (the other coordinates alike) trade tokens; an
+    // expert's replicas are the ranks of the same ep_rank in every such group, and every cp rank
+    split(&pgm->ep, GROUP_EP, ((d / ep * pp + p) * cp + c) * tp + t, e);
+    split(&pgm->expert_dp, GROUP_DP, (e * pp + p) * tp + t, d / ep * cp + c);
 
     // The tied embedding lives on the first stage (wte) and the last (lm_head); their gradients
     // are summed between the two. A middle stage holds neither copy: it gets a group of one of its
@@ -70,11 +81,18 @@ void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp
 
     pgm->pp_prev = pgm->pp_is_first ? -1 : p - 1;
     pgm->pp_next = pgm->pp_is_last ? -1 : p + 1;
-    snprintf(pgm->name, sizeof pgm->name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d, rank);
+    if (ep > 1)
+        snprintf(pgm->name, sizeof pgm->name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-EP(%d)-Rank(%d)", t, c,
+                 p, d, e, rank);
+    else
+        snprintf(pgm->name, sizeof pgm->name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d,
+                 rank);
 }
 
 void process_group_manager_free(ProcessGroupManager *pgm) {
     group_free(&pgm->embed);
+    group_free(&pgm->expert_dp);
+    group_free(&pgm->ep);
     group_free(&pgm->cp_dp);
     group_free(&pgm->pp_grad);
     group_free(&pgm->pp);
@@ -93,15 +111,15 @@ void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *
     comm_wait(&h);
 }
 
-void all_to_all_host_counts(size_t *recv_counts, const size_t *send_counts, Group *g) {
+void all_to_all_host_counts(size_t *recv_counts, const size_t *send_counts, int n, Group *g) {
     _Static_assert(sizeof(size_t) == sizeof(uint64_t), "counts travel as MPI_UINT64_T");
     if (g->size == 1) { // what this rank sends itself
-        recv_counts[0] = send_counts[0];
+        memcpy(recv_counts, send_counts, (size_t)n * sizeof(size_t));
         return;
     }
     Handle h = {.count = 1};
-    mpiCheck(MPI_Ialltoall(send_counts, 1, MPI_UINT64_T, recv_counts, 1, MPI_UINT64_T, g->comm,
+    mpiCheck(MPI_Ialltoall(send_counts, n, MPI_UINT64_T, recv_counts, n, MPI_UINT64_T, g->comm,
                            &h.req[0]));
-    trace_comm_started(&h, g, OP_ALL_TO_ALL, (size_t)(g->size - 1) * sizeof(uint64_t));
+    trace_comm_started(&h, g, OP_ALL_TO_ALL, (size_t)(g->size - 1) * n * sizeof(uint64_t));
     comm_wait(&h);
 }

@@ -46,7 +46,8 @@ static struct {
     int num_windows, windows_cap;
 } tr;
 
-static const char *group_names[GROUP_KINDS] = {"other", "world", "tp", "cp", "pp", "dp", "embed"};
+static const char *group_names[GROUP_KINDS] = {"other", "world", "tp",    "cp",
+                                               "pp",    "dp",    "embed", "ep"};
 static const char *op_names[] = {"",          "all_reduce", "send",           "recv",
                                  "send_recv", "barrier",    "reduce_scatter", "all_gather",
                                  "all_to_all"};
@@ -115,8 +116,9 @@ void trace_init(const char *path, int steps, ProcessGroupManager *pgm) {
     memset(&tr, 0, sizeof tr);
     tr.pgm = pgm;
     tr.trace_steps = steps;
-    const Group *groups[] = {&pgm->world, &pgm->tp, &pgm->cp, &pgm->pp, &pgm->cp_dp, &pgm->embed};
-    for (int i = 0; i < 6; i++) tr.group_size[groups[i]->kind] = groups[i]->size;
+    const Group *groups[] = {&pgm->world, &pgm->tp,    &pgm->cp, &pgm->pp,
+                             &pgm->cp_dp, &pgm->embed, &pgm->ep};
+    for (int i = 0; i < 7; i++) tr.group_size[groups[i]->kind] = groups[i]->size;
     if (path[0]) {
         // find out now, not after the run, that the file cannot be written: every rank looks at
         // the folder (so all report it at once), rank 0 creates the file
@@ -212,7 +214,7 @@ void trace_comm_finished(Handle *h, double wait_started) {
 
 // What rank 0 gathers from each rank for the report
 typedef struct {
-    char name[64];
+    char name[96];
     double clock_offset;
     CommStats per_step[GROUP_KINDS];
     int group_size[GROUP_KINDS];
@@ -272,14 +274,15 @@ static void gather_bytes(void *out, const void *in, int bytes, int *counts, int 
 // one table, a row per rank: per group, bytes sent (exact) or milliseconds waited (this machine's)
 static void print_group_table(FILE *f, const RankReport *r, int ranks, const int *shown,
                               int bytes) {
-    const GroupKind order[] = {GROUP_DP, GROUP_TP, GROUP_PP, GROUP_CP, GROUP_EMBED, GROUP_WORLD};
+    const GroupKind order[] = {GROUP_DP, GROUP_TP,    GROUP_PP,   GROUP_CP,
+                               GROUP_EP, GROUP_EMBED, GROUP_WORLD};
     fprintf(f, "  rank  layout                          ");
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < 7; k++)
         if (shown[order[k]]) fprintf(f, " %12s", group_names[order[k]]);
     fprintf(f, "\n");
     for (int i = 0; i < ranks; i++) {
         fprintf(f, "  %4d  %-32s", i, r[i].name);
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < 7; k++) {
             const CommStats *c = &r[i].per_step[order[k]];
             if (shown[order[k]])
                 fprintf(f, bytes ? " %12.0f" : " %12.3f", bytes ? c->bytes : 1e3 * c->waited);

@@ -149,7 +149,8 @@ int main(int argc, char **argv) {
     backend_set_dtype(cfg.dtype);
     comm_set_backend(cfg.backend);
     ProcessGroupManager pgm;
-    process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size);
+    process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size,
+                               cfg.ep_size);
     trace_init(cfg.trace, cfg.trace_steps, &pgm);
     Dataset ds;
     dataset_open(&ds, cfg.dataset_name);
@@ -237,8 +238,10 @@ int main(int argc, char **argv) {
             log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size,
                      peak);
         if (logger && metrics) {
-            fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f",
-                    step, loss, tokens_seen, seconds);
+            fprintf(metrics,
+                    "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f, "
+                    "\"grad_norm\": %.9g",
+                    step, loss, tokens_seen, seconds, norm);
             if (cfg.num_experts > 0) fprintf(metrics, ", \"aux_loss\": %.9g", aux);
             fprintf(metrics, "}\n");
             fflush(metrics);

@@ -15,8 +15,9 @@ typedef enum {
     GROUP_TP,
     GROUP_CP,
     GROUP_PP,
-    GROUP_DP, // cp*dp: the replicas that average gradients
+    GROUP_DP, // cp*dp: the replicas that average gradients (and those of the same experts)
     GROUP_EMBED,
+    GROUP_EP, // expert parallelism: the ranks that exchange tokens for each other's experts
     GROUP_KINDS
 } GroupKind;
 
@@ -101,6 +102,7 @@ void barrier(Group *g);
 // Host values every rank must agree on (a stop flag, checksums), over MPI whatever the backend;
 // waited for by comm_wait like every other wait
 void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *g);
-// counts first, then the tokens: recv_counts[r] becomes rank r's send_counts[this rank] (host
-// arrays of g->size entries), over MPI whatever the backend, waited for by comm_wait
-void all_to_all_host_counts(size_t *recv_counts, const size_t *send_counts, Group *g);
+// counts first, then the tokens: n counts per rank, recv_counts[r*n, r*n+n) becomes rank r's
+// send_counts[this rank*n, ...+n) (host arrays of g->size * n entries), over MPI whatever the
+// backend, waited for by comm_wait
+void all_to_all_host_counts(size_t *recv_counts, const size_t *send_counts, int n, Group *g);

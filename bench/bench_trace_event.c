@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
                    "keeps at most 262144 per rank)",
                    argv[1]);
     ProcessGroupManager pgm;
-    process_group_manager_init(&pgm, 1, 1, 1, 1);
+    process_group_manager_init(&pgm, 1, 1, 1, 1, 1);
     char path[] = "/tmp/picotron-bench-trace-XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) FAIL("is /tmp writable?", "mkstemp failed");

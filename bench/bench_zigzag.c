@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
     if (reps < 1) user_error("usage: bench_zigzag [reps]: reps = %s must be >= 1", argv[1]);
     ProcessGroupManager pgm;
-    process_group_manager_init(&pgm, 1, CP, 1, 1);
+    process_group_manager_init(&pgm, 1, CP, 1, 1, 1);
     MPI_Comm node;
     int local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));

@@ -25,12 +25,13 @@ harness_failures=0
 #                                save (save_frequency, default STEPS) load (checkpoint.load_path)
 #                                experts (model.num_experts, default 0: dense) topk cap aux moe_i
 #                                (num_experts_per_tok, moe_capacity_factor, router_aux_loss_coef,
-#                                moe_intermediate_size)
+#                                moe_intermediate_size) ep (distributed.ep_size: experts split
+#                                over ep of the dp ranks, default 1)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
-    local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe=""
+    local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe="" ep=1
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -42,7 +43,8 @@ run_layout() {
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
                  "sequence_parallel": $sp,
-                 "bucket_size_mb": 1, "zero1": $zero1, "pp_virtual_stages": $vstages${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
+                 "bucket_size_mb": 1, "zero1": $zero1, "pp_virtual_stages": $vstages,
+                 "ep_size": $ep${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
            "vocab_size": 256, "tie_word_embeddings": $tied$moe
@@ -106,6 +108,41 @@ resume_layout() {
     { head -n 5 "$HARNESS_DIR/$saved/losses"; cat "$dir/losses"; } >"$dir/losses.all"
     mv "$dir/losses.all" "$dir/losses"
     compare_layout "$base" "$name"
+}
+
+# Mixture of experts (t_67, t_68). compare_aux BASE NAME: metrics' aux_loss step by step, within
+# LOSS_TOL relative
+compare_aux() {
+    local report
+    report=$(paste <(grep -o '"aux_loss": [-0-9.e+]*' "$HARNESS_DIR/$1/metrics.jsonl") \
+        <(grep -o '"aux_loss": [-0-9.e+]*' "$HARNESS_DIR/$2/metrics.jsonl") |
+        awk -v tol="$LOSS_TOL" -v steps="$STEPS" '
+        { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r }
+        END { printf "aux losses max rel diff %.2e over %d steps", m, NR
+              exit (m > tol || NR != steps) }')
+    if [ $? -eq 0 ]; then
+        echo "ok   $2: $report"
+    else
+        echo "FAIL $2: $report"; harness_failures=$((harness_failures + 1))
+    fi
+}
+
+# check_moe BASE NAME key=value...: check_layout with the caller's $MOE keys, then compare_aux
+check_moe() {
+    local base=$1 name=$2; shift 2
+    check_layout "$base" "$name" $MOE "$@" && compare_aux "$base" "$name"
+}
+
+# check_dropped BASE NAME: NAME's capacity dropped pairs, as many as BASE's (the end-of-run report)
+dropped() { grep -o 'dropped [0-9.]*% of pairs' "$HARNESS_DIR/$1/log"; }
+check_dropped() {
+    if [ -n "$(dropped $1)" ] && [ "$(dropped $1)" != "dropped 0.00% of pairs" ] &&
+        [ "$(dropped $2)" = "$(dropped $1)" ]; then
+        echo "ok   $2: $(dropped $2), as one rank"
+    else
+        echo "FAIL $2: '$(dropped $2)', one rank '$(dropped $1)' (want the same, > 0)"
+        harness_failures=$((harness_failures + 1))
+    fi
 }
 
 # activations_mb NAME: the activations column (MB) of rank 0's row in the end-of-run memory table

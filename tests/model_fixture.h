@@ -174,7 +174,7 @@ static int fixture_main(int argc, char **argv,
     backend_init(0);
     if (dtype) backend_set_dtype(dtype);
     ProcessGroupManager pgm;
-    process_group_manager_init(&pgm, 1, 1, 1, 1);
+    process_group_manager_init(&pgm, 1, 1, 1, 1, 1);
     int ok = 1;
     for (int i = 1; i < argc; i++) ok &= run_fixture(argv[i], &pgm);
     process_group_manager_free(&pgm);

@@ -65,6 +65,16 @@ variants = {   # name: a statement that edits `cfg`
     "moe_capacity_cp": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128, '
                        'moe_capacity_factor=1.25); cfg["distributed"]["cp_size"] = 2',
     "moe_negative": 'cfg["model"]["num_experts"] = -2',
+    "ep_dense": 'cfg["distributed"].update(dp_size=2, ep_size=2)',
+    "ep_dp": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128); '
+             'cfg["distributed"].update(dp_size=3, ep_size=2)',
+    "ep_experts": 'cfg["model"].update(num_experts=6, moe_intermediate_size=128); '
+                  'cfg["distributed"].update(dp_size=4, ep_size=4)',
+    "ep_zero1": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128); '
+                'cfg["distributed"].update(dp_size=2, ep_size=2, zero1=True)',
+    "ep_naive": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128); '
+                'cfg["distributed"].update(dp_size=2, ep_size=2, dp_naive=True)',
+    "ep_zero": 'cfg["distributed"]["ep_size"] = 0',
 }
 for name, edit in variants.items():
     cfg = copy.deepcopy(base)
@@ -149,6 +159,16 @@ expect_error "capacity with cp" \
     'model\.moe_capacity_factor = 1\.25 needs distributed\.cp_size = 1' 1 "$(c moe_capacity_cp)"
 expect_error "negative num_experts" 'model\.num_experts = -2 must be at least 0' 1 \
     "$(c moe_negative)"
+expect_error "ep without experts" 'distributed\.ep_size = 2 needs a mixture of experts' 2 \
+    "$(c ep_dense)"
+expect_error "ep not dividing dp" 'distributed\.ep_size = 2 must divide distributed\.dp_size = 3' \
+    3 "$(c ep_dp)"
+expect_error "ep not dividing the experts" \
+    'distributed\.ep_size = 4 does not divide model\.num_experts = 6' 4 "$(c ep_experts)"
+expect_error "ep with zero1" 'distributed\.zero1 with distributed\.ep_size = 2' 2 "$(c ep_zero1)"
+expect_error "ep with dp_naive" 'distributed\.dp_naive with distributed\.ep_size = 2' 2 \
+    "$(c ep_naive)"
+expect_error "ep of 0" 'distributed\.ep_size = 0 must be at least 1' 1 "$(c ep_zero)"
 expect_error "world size != tp*cp*pp*dp" \
     'tp\*cp\*pp\*dp = 1\*1\*1\*1 = 1 but mpirun started 2 ranks' 2 "$(c valid)"
 expect_error "nonexistent config" 'does_not_exist\.json' 1 "$(c does_not_exist)"

@@ -218,7 +218,7 @@ static void check_all_to_all(Group *g, size_t n, int salt) {
     }
     for (int src = 0; src < size; src++)
         for (int dst = 0; dst < size; dst++) zeros += a2a_count(src, dst, n, size, salt) == 0;
-    all_to_all_host_counts(recv_counts, send_counts, g);
+    all_to_all_host_counts(recv_counts, send_counts, 1, g);
     double bad_counts = 0;
     for (int r = 0; r < size; r++) {
         bad_counts += recv_counts[r] != a2a_count(r, me, n, size, salt);

@@ -145,7 +145,7 @@ static void point_experts(ExpertWeights *ex, float *gate_up, float *down, int C,
 static Layer layer_new(const Host *h, int N, int K, double capacity_factor, const float *R,
                        float aux_scale) {
     int C = h->C, I = h->I, E = h->E;
-    Layer l = {.s = moe_sizes(N, C, I, E, K, capacity_factor), .R = R, .aux_scale = aux_scale};
+    Layer l = {.s = moe_sizes(N, C, I, E, K, capacity_factor, 1), .R = R, .aux_scale = aux_scale};
     size_t nx = (size_t)N * C, nr = (size_t)E * C, ngu = (size_t)E * 2 * I * C;
     size_t nd = (size_t)E * C * I;
     l.x = to_device(h->x, nx * sizeof(float)), l.router = to_device(h->router, nr * sizeof(float));
@@ -174,7 +174,7 @@ static void layer_free(Layer *l) {
 
 static double layer_loss(void *p) {
     Layer *l = p;
-    l->aux = moe_forward(l->y, &l->a, l->x, &l->w, &l->s, NULL);
+    l->aux = moe_forward(l->y, &l->a, l->x, &l->w, &l->s, NULL, NULL);
     return dot_host(l->y, l->R, (size_t)l->s.N * l->s.C) + (double)l->aux_scale * l->aux;
 }
 
@@ -186,7 +186,7 @@ static void layer_grads(Layer *l) {
     device_zero(l->dgate_up, (size_t)s->E * 2 * s->I * s->C * sizeof(float));
     device_zero(l->ddown, (size_t)s->E * s->C * s->I * sizeof(float));
     layer_loss(l);
-    moe_backward(l->dx, &l->dw, &l->g, l->dy, l->aux_scale, &l->a, l->x, &l->w, s);
+    moe_backward(l->dx, &l->dw, &l->g, l->dy, l->aux_scale, &l->a, l->x, &l->w, s, NULL);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -341,7 +341,7 @@ static void test_layer_fd(int K, double capacity_factor, float R_scale, float au
     if (R_scale != 0) {
         float *once[4], *twice[4];
         for (int i = 0; i < 4; i++) once[i] = to_host(t[i].grad, t[i].n);
-        moe_backward(l.dx, &l.dw, &l.g, l.dy, l.aux_scale, &l.a, l.x, &l.w, &l.s);
+        moe_backward(l.dx, &l.dw, &l.g, l.dy, l.aux_scale, &l.a, l.x, &l.w, &l.s, NULL);
         double err = 0;
         for (int i = 0; i < 4; i++) {
             twice[i] = to_host(t[i].grad, t[i].n);
@@ -502,7 +502,7 @@ static void test_capacity(const Fixture *fx) {
         free(want), free(R), free(want_f), free(y);
     }
     // a factor stored a hair above its decimal value adds no slot: 0.1 * 30 = 3.0000000000000004
-    MoeSizes s = moe_sizes(30, 4, 4, 1, 1, 0.1);
+    MoeSizes s = moe_sizes(30, 4, 4, 1, 1, 0.1, 1);
     check("capacity factor 0.1 of 30 pairs on 1 expert: 3 slots", fabs(s.capacity - 3.0), 0.0);
 }
 

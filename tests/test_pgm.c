@@ -3,15 +3,17 @@
 // the ranks that share the other three coordinates, in axis order (checked by gathering the
 // members' global ranks inside the group); cp_dp holds the ranks with the same pp and tp, at
 // dp_rank*cp + cp_rank; pipeline and context neighbours are the right ranks (checked by sending
-// global ranks to them); the embed group holds the first and the last stage. No tolerance: every
-// comparison is exact.
-// usage: mpirun -np N test_pgm --dp D --pp P --cp C --tp T    (N = D*P*C*T, or the mismatch error)
+// global ranks to them); the embed group holds the first and the last stage. With --ep E (expert
+// parallelism, E dividing D): ep_rank = dp_rank % E, the ep group holds the E consecutive dp ranks
+// of this rank's block, the other coordinates alike, and expert_dp the ranks of the same ep_rank,
+// pp and tp, at (dp_rank/E)*cp + cp_rank. No tolerance: every comparison is exact.
+// usage: mpirun -np N test_pgm --dp D --pp P --cp C --tp T [--ep E]  (N = D*P*C*T, or the error)
 #include "process_group_manager.h"
 #include "utils.h"
 #include <string.h>
 
 static int failures, checks;
-static int tp, cp, pp, dp;
+static int tp, cp, pp, dp, ep = 1;
 
 static int grid(int d, int p, int c, int t) {
     return ((d * pp + p) * cp + c) * tp + t;
@@ -79,21 +81,23 @@ static void check_exchanges(ProcessGroupManager *m) {
     }
 }
 
-static int flag(int argc, char **argv, const char *name) {
+static int flag(int argc, char **argv, const char *name, int fallback) {
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], name) == 0) return atoi(argv[i + 1]);
-    user_error("usage: test_pgm --dp D --pp P --cp C --tp T (missing %s)", name);
+    if (fallback > 0) return fallback;
+    user_error("usage: test_pgm --dp D --pp P --cp C --tp T [--ep E] (missing %s)", name);
 }
 
 int main(int argc, char **argv) {
     mpiCheck(MPI_Init(&argc, &argv));
     user_errors_init();
-    dp = flag(argc, argv, "--dp");
-    pp = flag(argc, argv, "--pp");
-    cp = flag(argc, argv, "--cp");
-    tp = flag(argc, argv, "--tp");
+    dp = flag(argc, argv, "--dp", 0);
+    pp = flag(argc, argv, "--pp", 0);
+    cp = flag(argc, argv, "--cp", 0);
+    tp = flag(argc, argv, "--tp", 0);
+    ep = flag(argc, argv, "--ep", 1);
     ProcessGroupManager m;
-    process_group_manager_init(&m, tp, cp, pp, dp);
+    process_group_manager_init(&m, tp, cp, pp, dp, ep);
     int d = m.dp_rank, p = m.pp_rank, c = m.cp_rank, t = m.tp_rank, want[64];
     int rank;
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -105,8 +109,12 @@ int main(int argc, char **argv) {
     expect(m.tp_size == tp && m.cp_size == cp && m.pp_size == pp && m.dp_size == dp, &m, "sizes");
     expect(m.tp.rank == t && m.cp.rank == c && m.pp.rank == p, &m, "rank inside each axis group");
     expect(m.cp_dp.rank == d * cp + c, &m, "rank inside cp_dp");
-    char name[64];
-    snprintf(name, sizeof name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d, rank);
+    char name[96];
+    if (ep > 1)
+        snprintf(name, sizeof name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-EP(%d)-Rank(%d)", t, c, p, d,
+                 d % ep, rank);
+    else
+        snprintf(name, sizeof name, "TP(%d)-CP(%d)-PP(%d)-DP(%d)-Rank(%d)", t, c, p, d, rank);
     expect(strcmp(name, m.name) == 0, &m, "name");
 
     for (int j = 0; j < m.world_size; j++) want[j] = j;
@@ -119,6 +127,11 @@ int main(int argc, char **argv) {
     check_members(&m.pp, want, pp, &m, "pp");
     for (int j = 0; j < dp * cp; j++) want[j] = grid(j / cp, p, j % cp, t);
     check_members(&m.cp_dp, want, dp * cp, &m, "cp_dp");
+    expect(m.ep_size == ep && m.ep_rank == d % ep && m.ep.rank == d % ep, &m, "ep_rank");
+    for (int j = 0; j < ep; j++) want[j] = grid(d / ep * ep + j, p, c, t);
+    check_members(&m.ep, want, ep, &m, "ep");
+    for (int j = 0; j < dp / ep * cp; j++) want[j] = grid(j / cp * ep + d % ep, p, j % cp, t);
+    check_members(&m.expert_dp, want, dp / ep * cp, &m, "expert_dp");
     // first and last stage together; a middle stage, or pp == 1, alone
     int ends = (p == 0 || p == pp - 1) && pp > 1;
     want[0] = ends ? grid(d, 0, c, t) : rank;
@@ -136,8 +149,8 @@ int main(int argc, char **argv) {
     int counts[2] = {failures, checks}, total[2];
     mpiCheck(MPI_Allreduce(counts, total, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     if (rank == 0)
-        printf("dp=%d pp=%d cp=%d tp=%d on %d ranks: %d checks, %d wrong (rank 0 is %s)\n", dp, pp,
-               cp, tp, m.world_size, total[1], total[0], m.name);
+        printf("dp=%d pp=%d cp=%d tp=%d ep=%d on %d ranks: %d checks, %d wrong (rank 0 is %s)\n",
+               dp, pp, cp, tp, ep, m.world_size, total[1], total[0], m.name);
     process_group_manager_free(&m);
     mpiCheck(MPI_Finalize());
     return total[0] ? 1 : 0;

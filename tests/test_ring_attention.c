@@ -118,7 +118,7 @@ static void check_ring(const Reference *ref, Group *cp, int zigzag) {
 int main(int argc, char **argv) {
     int world = mpi_test_init(&argc, &argv, 0x13198A2E03707344ull);
     ProcessGroupManager pgm;
-    process_group_manager_init(&pgm, 1, world, 1, 1);
+    process_group_manager_init(&pgm, 1, world, 1, 1, 1);
     if (S % (2 * world))
         user_error("S = %d must divide by 2*cp: run with mpirun -np 1, 2, 4 "
                    "or 8 (not %d)",

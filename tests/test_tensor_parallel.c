@@ -258,7 +258,7 @@ static void check_cross_entropy(Group *tp) {
 int main(int argc, char **argv) {
     int world = mpi_test_init(&argc, &argv, 0x243F6A8885A308D3ull);
     ProcessGroupManager pgm;
-    process_group_manager_init(&pgm, world, 1, 1, 1);
+    process_group_manager_init(&pgm, world, 1, 1, 1, 1);
     if (48 % world || 16 % world || 64 % world || 32 % world)
         user_error("tp = %d must divide 16: run with mpirun -np 1, 2, 4, 8 or 16", world);
     if (pgm.global_rank == 0) printf("tensor parallel, tp = %d\n", world);
