@@ -227,8 +227,8 @@ void moe_report(const Model *model) {
            100.0 * dropped / (c->num_hidden_layers * pairs));
     const ExpertParallel *ep = &model->ep;
     if (ep->group) // this rank's: the dispatches, the combines and their backward's twins
-        printf("expert parallelism: ep=%d, %d experts per rank; this rank's all-to-alls per step: "
-               "%.1f, %.3f MB sent to the other ep ranks, %.2f ms (counts exchanges included)\n",
-               ep->group->size, ep->num_local, (double)ep->calls / steps, ep->bytes / steps / 1e6,
-               1e3 * ep->seconds / steps);
+        printf("expert parallelism: ep=%d, %d of %d experts on each rank; this rank's all-to-alls "
+               "per step: %.1f, %.3f MB sent to the other ep ranks, %.2f ms (with the counts')\n",
+               ep->group->size, ep->num_local, E, (double)ep->calls / steps,
+               ep->bytes / steps / 1e6, 1e3 * ep->seconds / steps);
 }

@@ -124,10 +124,12 @@ check_values "$tmp/runs/hf/config.json" "name someone/llama-mini" "hidden_size 1
 # 4b. a mixture of experts: the flags, each expert's size defaulting to intermediate_size; and
 # a Mixtral config.json (num_local_experts, experts as wide as intermediate_size)
 ./create_config --out_dir "$tmp/runs" --exp_name moe --num_experts 8 --num_experts_per_tok 2 \
-    --router_aux_loss_coef 0.01 --moe_capacity_factor 1.25 >"$tmp/out" 2>"$tmp/err" ||
-    fail "create_config experts: $(cat "$tmp/err")"
+    --router_aux_loss_coef 0.01 --moe_capacity_factor 1.25 --dp 4 --ep 2 >"$tmp/out" \
+    2>"$tmp/err" || fail "create_config experts: $(cat "$tmp/err")"
 check_values "$tmp/runs/moe/config.json" "num_experts 8" "num_experts_per_tok 2" \
-    "moe_intermediate_size 384" "router_aux_loss_coef 0.00999999978" "moe_capacity_factor 1.25"
+    "moe_intermediate_size 384" "router_aux_loss_coef 0.00999999978" "moe_capacity_factor 1.25" \
+    "dp_size 4" "ep_size 2"
+grep -q "mpirun -np 4 " "$tmp/out" || fail "expert parallelism adds no ranks: want mpirun -np 4"
 json_equals "$tmp/runs/moe/config.json" 'cfg["model"]["num_experts"] == 8' \
     'cfg["model"]["moe_intermediate_size"] == 384' 'cfg["model"]["router_aux_loss_coef"] == 0.01'
 sed 's/"silu"}/"silu", "num_local_experts": 4, "num_experts_per_tok": 2}/' "$tmp/hf/config.json" \
@@ -139,6 +141,9 @@ check_values "$tmp/runs/mixtral/config.json" "num_experts 4" "num_experts_per_to
 expect_refusal "more experts per token than experts" \
     'num_experts_per_tok = 3 must be 1\.\.model\.num_experts = 2' --num_experts 2 \
     --num_experts_per_tok 3 --out_dir "$tmp/runs" --exp_name never
+expect_refusal "ep that does not divide the experts" \
+    'distributed\.ep_size = 3 does not divide model\.num_experts = 8' --num_experts 8 --dp 3 \
+    --ep 3 --out_dir "$tmp/runs" --exp_name never
 
 # 5. refusals, each one line
 before=$(cksum <"$file")

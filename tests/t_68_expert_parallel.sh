@@ -50,7 +50,7 @@ check_moe base dp2_save dp=2 ga=2 save=5
 resume_layout base dp2_save ep4_resumed $MOE dp=4 ep=4 ga=1
 
 # the report: the all-to-alls of every layer, forward and backward; the trace's table: ep bytes
-line=$(grep '^expert parallelism: ep=4, 1 experts per rank' "$HARNESS_DIR/ep4/log")
+line=$(grep '^expert parallelism: ep=4, 1 of 4 experts on each rank' "$HARNESS_DIR/ep4/log")
 if [ -n "$line" ] && echo "$line" | awk '{ match($0, /, [0-9.]+ MB sent/)
         exit !(substr($0, RSTART + 2, RLENGTH - 10) + 0 > 0) }'; then
     echo "ok   ep4 report: $line"
