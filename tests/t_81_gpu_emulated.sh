@@ -18,7 +18,8 @@
 #   4. layouts against one rank (fp32, tests/layout_harness.sh's tolerances) with the nccl
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
 #      (pp2 x V2, its exchanges' one-sided halves), and a mixture-of-experts model (4 experts,
-#      top-2) on tp2 with sequence parallelism and on cp2; nccl on a shared GPU
+#      top-2) on tp2 with sequence parallelism, on cp2 and with expert parallelism (ep2 x tp2);
+#      nccl on a shared GPU
 #      is refused in one line that suggests "mpi"
 # What it cannot show (speed, real concurrency, CUDA's libm) needs tests/gpu/check.sh on a GPU.
 # Runs in a copy of the tree: make GPU=emulate writes ./train, which the CPU tests use.
@@ -116,6 +117,9 @@ fi
     run_layout base_moe ga=4 $moe || exit 1
     check_layout base_moe tp2_sequence_parallel_moe tp=2 sp=true $moe
     check_layout base_moe cp2_zigzag_moe cp=2 zigzag=true $moe
+    # expert parallelism: the dispatch and combine through ncclSend/ncclRecv groups
+    run_layout base_moe_mbs1 ga=4 mbs=1 $moe || exit 1
+    check_layout base_moe_mbs1 ep2_tp2_moe dp=2 ep=2 tp=2 ga=2 mbs=1 $moe
     [ "$harness_failures" -eq 0 ]
 ) | sed 's/^/nccl backend: /' || fail "layouts with the nccl backend"
 cat >"$log/shared.json" <<JSON

@@ -294,7 +294,7 @@ rc=$?
 step_log | grep -E '^tests/fixtures|\(tol ' | sed 's/^/    /'
 report $rc "$(step_log | grep -c '^tests/fixtures/.*: PASS') of 4 fixture runs pass (fp32, bf16; tied, untied)"
 
-step "3. layouts on one GPU, mpi backend: dp2, tp2, tp2 sequence-parallel, pp2 1f1b, cp2 = one rank"
+step "3. layouts on one GPU, mpi backend: dp2, tp2, tp2 sequence-parallel, pp2 1f1b, cp2, experts on ep2 = one rank"
 # in its own bash: the harness sets its own EXIT trap and counters
 # shellcheck disable=SC2016
 PICOTRON_BUILD=$BUILD HARNESS_TRAIN=$TRAIN timeout "$(limit 180)" bash -c '
@@ -307,6 +307,9 @@ PICOTRON_BUILD=$BUILD HARNESS_TRAIN=$TRAIN timeout "$(limit 180)" bash -c '
     check_layout base tp2_sp tp=2 sp=true
     check_layout base pp2_1f1b pp=2 engine=1f1b
     check_layout base cp2 cp=2
+    moe="experts=4 topk=2 aux=0.05 mbs=1"
+    run_layout base_moe ga=4 $moe || exit 1
+    check_layout base_moe ep2_moe dp=2 ep=2 ga=2 $moe
     [ "$harness_failures" -eq 0 ]' >>"$steps_log" 2>&1
 rc=$?
 step_log | grep -E '^(ok|FAIL) ' | sed 's/^/    /'
@@ -314,7 +317,7 @@ report $rc "$(step_log | awk '
     /^ok / { n++; for (i = 1; i <= NF; i++) {
         if ($i == "diff" && $(i - 3) == "losses" && $(i + 1) + 0 > l) l = $(i + 1) + 0
         if ($i == "diff" && $(i - 1) == "L2" && $(i + 1) + 0 > w) w = $(i + 1) + 0 } }
-    END { printf "%d of 5 layouts equal one rank, worst loss rel diff %.2e, worst weight rel L2 %.2e", n, l, w }')"
+    END { printf "%d of 6 layouts equal one rank, worst loss rel diff %.2e, worst weight rel L2 %.2e", n, l, w }')"
 
 step "4. NCCL on one GPU: a one-rank communicator, its stream and events"
 timeout "$(limit 60)" "$BUILD/tests/gpu/test_nccl_one_gpu" >>"$steps_log" 2>&1
