@@ -63,6 +63,11 @@ $(BUILD)/tests/%: tests/%.c $(CORE_OBJ) $(wildcard tests/*.h)
 $(BUILD)/bench/%: bench/%.c $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
+# the roofline estimate uses no backend, MPI or library: plain cc and libm, so it runs wherever
+# bench/gpu_bench.sh does, a GPU or none
+$(BUILD)/bench/roofline: bench/roofline.c
+	@mkdir -p $(dir $@)
+	cc $(OPT) -std=gnu11 -Wall -Wextra $(SANITIZE) -o $@ $< -lm
 $(BUILD)/%.o: %.c $(wildcard *.h backend/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
@@ -98,7 +103,7 @@ test-asan: deps
 	    status=$$?; rm -f $(PROGRAMS); exit $$status
 
 format:
-	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c
+	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c bench/*.c
 
 clean:
 	rm -rf build build-asan build-gpu build-emu $(PROGRAMS)

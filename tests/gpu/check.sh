@@ -22,7 +22,8 @@
 #   5.       benchmark (bench/gpu_bench.sh): SmolLM-1.7B-shaped layers, bf16, seq 2048 (SEQ, as
 #            far as gpu_bench.sh takes it: the line says which it ran): tokens/s, MFU against the
 #            GPU's bf16 dense peak (H200: 989.5 TFLOP/s), peak GPU memory, and the step's time
-#            split (GEMM, attention, other kernels, communication)
+#            split (GEMM, attention, other kernels, communication), beside bench/roofline.c's
+#            estimate of each (an H200's peaks unless ROOFLINE_FLAGS says otherwise)
 # Every log goes under $OUT when it is set (check.log: this output; check-steps.log: every step's
 # whole output, written as it runs), so a run that is stopped still leaves them.
 # Modes (environment):
@@ -349,7 +350,7 @@ SEQ=2048 PICOTRON_TRAIN=$TRAIN timeout "$(limit 240)" "${HEAVY[@]}" \
     bash bench/gpu_bench.sh "${BENCH_ARGS[@]}" >>"$steps_log" 2>&1
 rc=$?
 [ -n "$sampler" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
-step_log | grep -E '^(bench|profile):' | sed 's/^/    /'
+step_log | grep -E '^(bench|profile|roofline):' | sed 's/^/    /'
 peak_smi=n/a
 if [ -s "$scratch/memory.csv" ]; then
     peak_smi=$(sort -n "$scratch/memory.csv" | tail -n 1 | awk '{ printf "%.1f GiB", $1 / 1024 }')
