@@ -47,6 +47,12 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
 // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp. Either output may be NULL.
 void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC);
+// The GPU build's bf16 products (model.dtype "bfloat16") read each weight from a bf16 copy of the
+// parameter buffer params (n floats), made here, instead of casting it at every product: train.c
+// refreshes it before each step, after whatever wrote the weights (init, a checkpoint, AdamW,
+// ZeRO-1's all-gather). A weight outside params is cast per product, as before. A no-op on the
+// CPU, in float32, and with PICOTRON_BF16_WEIGHT_COPY=0 (the tests' way to compare).
+void matmul_weights_changed(const float *params, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // embedding (backend/*/embedding.*): this rank holds rows [vocab_start, vocab_start + V) of the

@@ -234,10 +234,10 @@ static void layer_rows(Step *st) {
            L * N * I * f * (p.write ? 5 : 7));
 }
 
-// matmul.cu casts each product's fp32 operands to bf16 copies in "bfloat16": the weights in
-// matmul_forward and again in matmul_backward's dinp call; the input in matmul_forward and the
-// dweight call; dout in each call of matmul_backward (tensor_parallel.c's column-parallel
-// backward makes two, the row-parallel one)
+// matmul.cu casts each product's fp32 operands to bf16 copies in "bfloat16": the weights once a
+// step, the whole parameter buffer into the copy the products read (matmul_weights_changed); the
+// input in matmul_forward and the dweight call; dout in each call of matmul_backward
+// (tensor_parallel.c's column-parallel backward makes two, the row-parallel one)
 static void cast_rows(Step *st) {
     const Setup *s = &st->s;
     Plan p = st->p;
@@ -245,7 +245,7 @@ static void cast_rows(Step *st) {
     double I = s->intermediate, V = s->vocab, douts = p.a16 ? 1 : 2;
     if (!s->bf16) return;
     if (!p.a16) { // --bf16-activations: AdamW writes a bf16 copy; the norms and SwiGLU write bf16
-        cast(st, "to_bf16_kernel: every weight twice", 2 * (7 * L + 1), 2 * num_params(s, 1));
+        cast(st, "to_bf16_kernel: the weights' copy (matmul_weights_changed)", 1, num_params(s, 0));
         cast(st, "to_bf16_kernel: ln1 ln2 lnf (forward and dweight)", 10 * L + 2,
              (10 * L + 2) * N * C);
         cast(st, "to_bf16_kernel: act (down_proj forward and dweight)", 2 * L, 2 * L * N * I);

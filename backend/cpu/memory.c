@@ -24,6 +24,10 @@ void backend_set_dtype(const char *dtype) {
         FAIL("the CPU build computes in float32", "backend_set_dtype(\"%s\")", dtype);
 }
 
+void matmul_weights_changed(const float *params, size_t n) {
+    (void)params, (void)n; // the CPU multiplies the fp32 weights themselves: no bf16 copy
+}
+
 void *device_malloc(size_t bytes) {
     // aligned_alloc wants a multiple of the alignment
     size_t padded = (bytes + ALIGN - 1) / ALIGN * ALIGN;

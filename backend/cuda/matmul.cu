@@ -11,11 +11,16 @@
 //   "bfloat16": mixed precision as torch.autocast does it: each product casts its fp32 operands
 //               to bf16 copies in one reusable scratch buffer and multiplies them on the tensor
 //               cores, accumulating and writing in fp32 (CUBLAS_COMPUTE_32F; dweight still
-//               accumulates with beta = 1 into the fp32 gradient). Master weights, gradients,
+//               accumulates with beta = 1 into the fp32 gradient). The weights come from a bf16
+//               copy of the parameter buffer, cast once per step (matmul_weights_changed: 6
+//               bytes per parameter, where casting at each product cost 12 per parameter and
+//               micro-batch, for the forward and the backward's dinp). Master weights, gradients,
 //               buckets and AdamW moments stay fp32, and so do the activations model.c saves:
 //               this saves GEMM time, not activation memory (picotron's bf16 model would).
 #include "backend/cuda/common.h"
 #include <cuda_bf16.h>
+#include <stdlib.h>
+#include <string.h>
 
 int compute_bf16 = 0;
 
@@ -44,6 +49,27 @@ static const void *to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
     return out;
 }
 
+// The weights' bf16 copy: params[i] is copy[i], as cast before this step (matmul_weights_changed)
+static const float *copied_params;
+static size_t copied_n;
+static DeviceScratch weights_copy;
+
+void matmul_weights_changed(const float *params, size_t n) {
+    const char *off = getenv("PICOTRON_BF16_WEIGHT_COPY");
+    if (!compute_bf16 || n == 0 || (off && strcmp(off, "0") == 0)) return;
+    PROFILE(PROFILE_GEMM);
+    to_bf16((__nv_bfloat16 *)device_scratch(&weights_copy, n * sizeof(__nv_bfloat16)), params, n);
+    copied_params = params, copied_n = n;
+}
+
+// weight (n) in bf16: its place in the copy when it lies in the parameter buffer, else cast into
+// out (the same bits either way: one rounding of the same fp32 value)
+static const void *weight_bf16(__nv_bfloat16 *out, const float *weight, size_t n) {
+    if (copied_params && weight >= copied_params && weight + n <= copied_params + copied_n)
+        return (const __nv_bfloat16 *)weights_copy.ptr + (weight - copied_params);
+    return to_bf16(out, weight, n);
+}
+
 // c (m, n) = a (op) @ b (op) + beta * c, column-major; a and b of `type`, c fp32
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *a,
                  int lda, const void *b, int ldb, float beta, float *c, int ldc,
@@ -69,7 +95,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
         size_t n_inp = (size_t)N * C, n_w = (size_t)OC * C;
         __nv_bfloat16 *s = bf16_scratch(aligned(n_inp) + n_w);
         b = to_bf16(s, inp, n_inp);
-        a = to_bf16(s + aligned(n_inp), weight, n_w);
+        a = weight_bf16(s + aligned(n_inp), weight, n_w);
         type = CUDA_R_16BF;
     }
     // column-major: out^T (OC, N) = W^T-as-stored (OC x C, op T of the (C, OC) buffer) @ inp^T
@@ -88,7 +114,7 @@ void matmul_backward(float *dinp, float *dweight, const float *dout, const float
         size_t n_inp = dweight ? (size_t)N * C : 0;
         __nv_bfloat16 *s = bf16_scratch(aligned(n_dout) + aligned(n_w) + n_inp);
         dy = to_bf16(s, dout, n_dout);
-        if (dinp) w = to_bf16(s + aligned(n_dout), weight, n_w);
+        if (dinp) w = weight_bf16(s + aligned(n_dout), weight, n_w);
         if (dweight) x = to_bf16(s + aligned(n_dout) + aligned(n_w), inp, n_inp);
         type = CUDA_R_16BF;
     }

@@ -293,7 +293,7 @@ step "2. tiny model on one GPU vs the PyTorch fixture, fp32 and bf16"
         tests/fixtures/llama_tiny_untied.bin; } >>"$steps_log" 2>&1
 rc=$?
 step_log | grep -E '^tests/fixtures|\(tol ' | sed 's/^/    /'
-report $rc "$(step_log | grep -c '^tests/fixtures/.*: PASS') of 4 fixture runs pass (fp32, bf16; tied, untied)"
+report $rc "$(step_log | grep -c '^tests/fixtures/.*: PASS') of 5 fixture runs pass (fp32: tied, untied, Mixtral; bf16: tied, untied)"
 
 step "3. layouts on one GPU, mpi backend: dp2, tp2, tp2 sequence-parallel, pp2 1f1b, cp2, experts on ep2 = one rank"
 # in its own bash: the harness sets its own EXIT trap and counters

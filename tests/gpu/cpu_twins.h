@@ -41,8 +41,10 @@
 
 // Settings, not kernels: the CPU build computes in float32 only, so no twin is linked for
 //   X(backend_set_dtype)
+//   X(matmul_weights_changed)
 // (listed for t_80_gpu_build.sh, which wants every function of backend.h here); the bf16
-// products it selects are compared in test_matmul_bf16 of tests/gpu/test_kernels_vs_cpu.c.
+// products they select are compared in test_matmul_bf16 of tests/gpu/test_kernels_vs_cpu.c, and
+// the weights' copy against casting per product by t_81 (4b).
 
 #define DECLARE_CPU_TWIN(name) extern __typeof__(name) cpu_##name;
 CPU_TWINS(DECLARE_CPU_TWIN)
