@@ -12,9 +12,10 @@
 //       backward: dinp_r = dout @ W_r             dout is replicated: identity
 // The vocabulary is split too: the embedding gives zeros for tokens outside this rank's range
 // and an all-reduce fills them in; the head is column-parallel over the vocabulary and the loss
-// is built from the shards with two small all-reduces (the max; then the sum of exp and the
-// target logit together), so no rank ever holds (tokens x vocab) logits. Every rank then holds
-// the same output, which is why RMSNorm weights stay replicated and identical.
+// is built from the shards with two small all-reduces (the max; then the sum of exp, rescaled to
+// that max, and the target logit together), so no rank ever holds (tokens x vocab) logits.
+// Every rank then holds the same output, which is why RMSNorm weights stay replicated and
+// identical.
 //
 // Sequence parallelism (Megatron-LM, Korthikanti et al. 2022, "Reducing Activation Recomputation
 // in Large Transformer Models"): between those regions every rank would hold the same (N, C)
@@ -151,13 +152,16 @@ void vocab_parallel_embedding_backward(float *dwte, const float *dout, const int
 float vocab_parallel_cross_entropy(float *dlogits, const float *logits, const int *targets,
                                    float loss_scale, int N, int V, int vocab_start,
                                    VocabParallelLossBuffers *buf, Group *tp) {
-    // the global max keeps exp() finite on every shard
-    cross_entropy_max(buf->maxes, logits, N, V);
+    // one read of the shard: its max, its sum of exp(logit - its max), the target's logit (held
+    // by exactly one shard, 0 elsewhere)
+    float *sumexp = buf->stats, *target_logit = buf->stats + N, *shard_maxes = buf->losses;
+    cross_entropy_stats(buf->maxes, sumexp, target_logit, logits, targets, N, V, vocab_start);
+    // the global max keeps exp() finite on every shard; each shard's sum moves onto its scale,
+    // then the sums and the target's logit add up in one all-reduce (the losses buffer holds this
+    // shard's maxima until the loss overwrites it)
+    device_copy(shard_maxes, buf->maxes, (size_t)N * sizeof(float));
     all_reduce(buf->maxes, N, REDUCE_MAX, tp);
-    // sum of exp and the target's logit (held by exactly one shard) in one all-reduce
-    float *sumexp = buf->stats, *target_logit = buf->stats + N;
-    device_zero(buf->stats, 2 * (size_t)N * sizeof(float));
-    cross_entropy_sumexp(sumexp, target_logit, logits, buf->maxes, targets, N, V, vocab_start);
+    cross_entropy_rescale(sumexp, shard_maxes, buf->maxes, N);
     all_reduce(buf->stats, 2 * (size_t)N, REDUCE_SUM, tp);
     cross_entropy_loss(buf->losses, buf->maxes, sumexp, target_logit, N);
     cross_entropy_backward(dlogits, logits, buf->maxes, sumexp, targets, loss_scale, N, V,

@@ -83,14 +83,15 @@ void vocab_parallel_embedding_forward(float *out, const int *tokens, const float
 void vocab_parallel_embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
                                        int C, int vocab_start, int V);
 
-// Small buffers of the vocab-parallel loss: maxes, losses (N); stats (2N): sumexp then the
-// target's logit; loss_sum (1)
+// Small buffers of the vocab-parallel loss: maxes, losses (N; before the loss, this shard's
+// maxima); stats (2N): sumexp then the target's logit; loss_sum (1)
 typedef struct {
     float *maxes, *stats, *losses, *loss_sum;
 } VocabParallelLossBuffers;
 
 // Mean cross-entropy over this rank's N tokens from the vocab shard `logits` (N, V); writes
-// dlogits (N, V) += loss_scale * d(sum of losses)/dlogits. Returns the mean loss.
+// dlogits (N, V) = loss_scale * d(sum of losses)/dlogits, all of it (no zeroing needed first).
+// Returns the mean loss.
 float vocab_parallel_cross_entropy(float *dlogits, const float *logits, const int *targets,
                                    float loss_scale, int N, int V, int vocab_start,
                                    VocabParallelLossBuffers *buf, Group *tp);

@@ -4,7 +4,8 @@
 // NCCL). Every pointer named a tensor lives in device memory: callers pass it on, never dereference
 // it. Size letters: N rows (tokens), B batch, T tokens this rank holds, C hidden, OC output
 // features, H query heads, KV key/value heads, D head dim, V vocab rows this rank holds. Every
-// backward ACCUMULATES (+=) into its outputs; callers zero what must start from zero.
+// backward ACCUMULATES (+=) into its outputs (but cross_entropy_backward, which writes); callers
+// zero what must start from zero.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -143,17 +144,22 @@ void moe_router_backward(float *dlogits, const float *dtopk_w, const float *prob
 
 // ---------------------------------------------------------------------------------------------
 // cross-entropy from a vocab shard (backend/*/cross_entropy.*): logits (N, V) hold the columns
-// [vocab_start, vocab_start + V) of the full vocabulary. The tensor-parallel loss all-reduces the
-// partial results between the calls, so no rank ever holds (N, full vocab).
-void cross_entropy_max(float *maxes, const float *logits, int N, int V); // maxes (N)
-// sumexp (N) = sum_j exp(logit_j - maxes); target_logit (N) = logit of the target if in this
-// shard, else 0
-void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logits,
-                          const float *maxes, const int *targets, int N, int V, int vocab_start);
+// [vocab_start, vocab_start + V) of the full vocabulary. Each shard is read once for its
+// statistics; the tensor-parallel loss merges them over the ranks between the calls (the max,
+// then the sums rescaled to it), so no rank ever holds (N, full vocab).
+// maxes (N) = max_j logit_j over this shard; sumexp (N) = sum_j exp(logit_j - maxes);
+// target_logit (N) = logit of the target if in this shard, else 0
+void cross_entropy_stats(float *maxes, float *sumexp, float *target_logit, const float *logits,
+                         const int *targets, int N, int V, int vocab_start);
+// sumexp (N) *= exp(shard_maxes - maxes): a shard's sum moved onto the scale of the maxima over
+// all shards, where the shards' sums add
+void cross_entropy_rescale(float *sumexp, const float *shard_maxes, const float *maxes, int N);
 // losses (N) = log(sumexp) + maxes - target_logit
 void cross_entropy_loss(float *losses, const float *maxes, const float *sumexp,
                         const float *target_logit, int N);
-// dlogits (N, V) += dloss * (softmax - onehot(target))
+// dlogits (N, V) = dloss * (softmax - onehot(target)), WRITTEN, not accumulated: the one
+// exception to the += rule, since nothing else adds into dlogits and a pass of zeros over (N, V)
+// would be the largest memset of a step
 void cross_entropy_backward(float *dlogits, const float *logits, const float *maxes,
                             const float *sumexp, const int *targets, float dloss, int N, int V,
                             int vocab_start);

@@ -1,30 +1,63 @@
-// Cross-entropy from a vocab shard on the GPU (Megatron-LM's vocab-parallel loss): one block per
-// row for the max and the sum of exponentials; the tensor-parallel code all-reduces them between
-// the calls, exactly as on the CPU.
+// Cross-entropy from a vocab shard on the GPU (Megatron-LM's vocab-parallel loss), in two passes
+// over the (N, V) logits: one block per row reduces its shard to (max, sum of exp) in a single
+// read, with the online softmax's running rescale (Milakov & Gimelshein 2018); the
+// tensor-parallel code merges the shards' pairs between the calls, exactly as on the CPU; then
+// the backward reads the logits once more and writes dlogits whole, so no pass of zeros over the
+// (N, V) buffer is needed before it.
 #include "backend/cuda/common.h"
 
-__global__ static void cross_entropy_max_kernel(float *maxes, const float *logits, int V) {
-    const float *l = logits + (size_t)blockIdx.x * V;
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, l[j]);
-    m = block_reduce<true>(m);
-    if (threadIdx.x == 0) maxes[blockIdx.x] = m;
+// (m, s): a running max and the sum of exp(x - m) over the values seen so far
+__device__ static inline void online_add(float &m, float &s, float x) {
+    if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        s += expf(x - m);
+    }
 }
 
-__global__ static void cross_entropy_sumexp_kernel(float *sumexp, float *target_logit,
-                                                   const float *logits, const float *maxes,
-                                                   const int *targets, int V, int vocab_start) {
+// merges (m2, s2) into (m, s); a pair that saw nothing is (-INFINITY, 0), and adds nothing
+__device__ static inline void online_merge(float &m, float &s, float m2, float s2) {
+    if (m2 == -INFINITY) return;
+    float mm = fmaxf(m, m2);
+    s = s * expf(m - mm) + s2 * expf(m2 - mm);
+    m = mm;
+}
+
+// one block of ROW_THREADS per row. Each thread walks its columns j, j + ROW_THREADS, .. four
+// loads at a time; the threads' pairs merge in a fixed order (each warp's butterfly, then thread
+// 0 over the warps in turn), so a row's result is the same bits from run to run.
+__global__ static void cross_entropy_stats_kernel(float *maxes, float *sumexp, float *target_logit,
+                                                  const float *logits, const int *targets, int V,
+                                                  int vocab_start) {
+    __shared__ float warp_m[ROW_THREADS / 32], warp_s[ROW_THREADS / 32];
     int n = blockIdx.x;
     const float *l = logits + (size_t)n * V;
-    float m = maxes[n];
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(l[j] - m);
-    s = block_reduce<false>(s);
+    float m = -INFINITY, s = 0.0f;
+    int j = threadIdx.x;
+    for (; j + 3 * ROW_THREADS < V; j += 4 * ROW_THREADS) {
+        float x0 = l[j], x1 = l[j + ROW_THREADS], x2 = l[j + 2 * ROW_THREADS];
+        float x3 = l[j + 3 * ROW_THREADS];
+        online_add(m, s, x0), online_add(m, s, x1), online_add(m, s, x2), online_add(m, s, x3);
+    }
+    for (; j < V; j += ROW_THREADS) online_add(m, s, l[j]);
+    for (int o = 16; o > 0; o >>= 1)
+        online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (threadIdx.x % 32 == 0) warp_m[threadIdx.x / 32] = m, warp_s[threadIdx.x / 32] = s;
+    __syncthreads();
     if (threadIdx.x == 0) {
+        for (int w = 1; w < ROW_THREADS / 32; w++) online_merge(m, s, warp_m[w], warp_s[w]);
+        maxes[n] = m;
         sumexp[n] = s;
         int col = targets[n] - vocab_start;
         target_logit[n] = col >= 0 && col < V ? l[col] : 0.0f;
     }
+}
+
+__global__ static void cross_entropy_rescale_kernel(float *sumexp, const float *shard_maxes,
+                                                    const float *maxes, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) sumexp[n] *= expf(shard_maxes[n] - maxes[n]);
 }
 
 __global__ static void cross_entropy_loss_kernel(float *losses, const float *maxes,
@@ -45,28 +78,27 @@ __global__ static void cross_entropy_backward_kernel(float *dlogits, const float
     if (j >= V) return;
     size_t idx = (size_t)n * V + j;
     // forward: loss = log(sumexp) + max - logit[target]
-    // dlogits += dloss * (exp(logit - max) / sumexp - onehot(target)), in the CPU's two steps
+    // dlogits = dloss * (exp(logit - max) / sumexp - onehot(target)), in the CPU's two steps
     float inv = 1.0f / sumexp[n];
-    float d = dlogits[idx] + dloss * (expf(logits[idx] - maxes[n]) * inv);
+    float d = dloss * (expf(logits[idx] - maxes[n]) * inv);
     if (j == targets[n] - vocab_start) d -= dloss;
     dlogits[idx] = d;
 }
 
-// logits (N, V), maxes (N)
-void cross_entropy_max(float *maxes, const float *logits, int N, int V) {
+// logits (N, V); maxes, sumexp, target_logit (N)
+void cross_entropy_stats(float *maxes, float *sumexp, float *target_logit, const float *logits,
+                         const int *targets, int N, int V, int vocab_start) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
-    cross_entropy_max_kernel<<<N, ROW_THREADS>>>(maxes, logits, V);
+    cross_entropy_stats_kernel<<<N, ROW_THREADS>>>(maxes, sumexp, target_logit, logits, targets, V,
+                                                   vocab_start);
     cudaCheckLaunch();
 }
 
-// maxes are the maxima over the full vocabulary, so every shard's exponentials share one scale
-void cross_entropy_sumexp(float *sumexp, float *target_logit, const float *logits,
-                          const float *maxes, const int *targets, int N, int V, int vocab_start) {
+void cross_entropy_rescale(float *sumexp, const float *shard_maxes, const float *maxes, int N) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
-    cross_entropy_sumexp_kernel<<<N, ROW_THREADS>>>(sumexp, target_logit, logits, maxes, targets, V,
-                                                    vocab_start);
+    cross_entropy_rescale_kernel<<<blocks_for(N, 256), 256>>>(sumexp, shard_maxes, maxes, N);
     cudaCheckLaunch();
 }
 

@@ -1,5 +1,5 @@
-// RMSNorm over the last dimension on the GPU: one block per row, the weight gradient by column
-// tiles (deterministic, no atomics).
+// RMSNorm over the last dimension on the GPU: the forward one block per row, the backward one
+// block per RMS_ROWS rows (below); deterministic, no atomics.
 #include "backend/cuda/common.h"
 
 __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp,
@@ -15,41 +15,54 @@ __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const flo
     if (threadIdx.x == 0) rstd[n] = r;
 }
 
-__global__ static void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout,
-                                                    const float *inp, const float *weight,
-                                                    const float *rstd, int C) {
-    int n = blockIdx.x;
-    const float *x = inp + (size_t)n * C;
-    const float *d = dout + (size_t)n * C;
-    float *dx = dinp + (size_t)n * C;
-    float r = rstd[n];
-    float dot = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dot += d[c] * weight[c] * x[c];
-    dot = block_reduce<false>(dot);
-    // forward: out = inp * rstd * weight, rstd = (mean(inp^2) + eps)^(-1/2)
-    float k = dot * r * r * r / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += r * d[c] * weight[c] - k * x[c];
+// The backward reads each row of dout and inp once for both gradients. A block takes RMS_ROWS
+// consecutive rows: dinp row by row, and the block's share of dweight, sum over its rows of
+// dout * inp * rstd, kept per column in shared memory (thread t owns columns t, t + blockDim, ..,
+// so no two threads touch one word) and written as one row of `partial` (blocks, C). Those rows
+// are added by the next kernel in a fixed order: deterministic, no atomics, and N / RMS_ROWS
+// blocks (1024 for 8192 tokens) where a grid over the columns alone has C / 32.
+#define RMS_ROWS 8
+__global__ static void rmsnorm_backward_kernel(float *dinp, float *partial, const float *dout,
+                                               const float *inp, const float *weight,
+                                               const float *rstd, int N, int C) {
+    extern __shared__ float dw[]; // (C)
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dw[c] = 0.0f;
+    int n_first = blockIdx.x * RMS_ROWS;
+    int n_end = n_first + RMS_ROWS < N ? n_first + RMS_ROWS : N;
+    for (int n = n_first; n < n_end; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float *d = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float r = rstd[n];
+        float dot = 0.0f;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) dot += d[c] * weight[c] * x[c];
+        dot = block_reduce<false>(dot);
+        // forward: out = inp * rstd * weight, rstd = (mean(inp^2) + eps)^(-1/2)
+        float k = dot * r * r * r / C;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            dx[c] += r * d[c] * weight[c] - k * x[c];
+            // forward: out = inp * rstd * weight  =>  dweight += sum_n dout * inp * rstd
+            dw[c] += d[c] * x[c] * r;
+        }
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) partial[(size_t)blockIdx.x * C + c] = dw[c];
 }
 
-// A block owns 32 columns; its 32 x 8 threads split the rows 8 ways, then add the 8 partial
-// sums in a fixed order, so the result does not depend on scheduling.
+// dweight += the sum of the P rows of partial. A block owns 32 columns; its 32 x 32 threads
+// split the rows 32 ways, then add the 32 partial sums in a fixed order.
 #define DW_COLS 32
-#define DW_ROWS 8
-__global__ static void rmsnorm_backward_dweight_kernel(float *dweight, const float *dout,
-                                                       const float *inp, const float *rstd, int N,
-                                                       int C) {
-    __shared__ float partial[DW_ROWS][DW_COLS];
+#define DW_ROWS 32
+__global__ static void rmsnorm_dweight_kernel(float *dweight, const float *partial, int P, int C) {
+    __shared__ float sums[DW_ROWS][DW_COLS];
     int c = blockIdx.x * DW_COLS + threadIdx.x;
     float acc = 0.0f;
     if (c < C)
-        for (int n = threadIdx.y; n < N; n += DW_ROWS)
-            acc += dout[(size_t)n * C + c] * inp[(size_t)n * C + c] * rstd[n];
-    partial[threadIdx.y][threadIdx.x] = acc;
+        for (int p = threadIdx.y; p < P; p += DW_ROWS) acc += partial[(size_t)p * C + c];
+    sums[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         float sum = 0.0f;
-        for (int y = 0; y < DW_ROWS; y++) sum += partial[y][threadIdx.x];
-        // forward: out = inp * rstd * weight  =>  dweight += sum_n dout * inp * rstd
+        for (int y = 0; y < DW_ROWS; y++) sum += sums[y][threadIdx.x];
         dweight[c] += sum;
     }
 }
@@ -63,14 +76,26 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
     cudaCheckLaunch();
 }
 
+static DeviceScratch partial_buf;
+
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                       const float *weight, const float *rstd, int N, int C) {
     PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
-    rmsnorm_backward_dinp_kernel<<<N, ROW_THREADS>>>(dinp, dout, inp, weight, rstd, C);
+    int P = (int)blocks_for(N, RMS_ROWS);
+    float *partial = (float *)device_scratch(&partial_buf, (size_t)P * C * sizeof(float));
+    // a block may use 48 KiB of shared memory in all (block_reduce's few words included) unless
+    // its kernel asks for more: C > 12032 asks
+    static size_t smem_granted = 47 * 1024;
+    size_t smem = (size_t)C * sizeof(float);
+    if (smem > smem_granted) {
+        cudaCheck(cudaFuncSetAttribute(rmsnorm_backward_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_granted = smem;
+    }
+    rmsnorm_backward_kernel<<<P, ROW_THREADS, smem>>>(dinp, partial, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
     dim3 threads(DW_COLS, DW_ROWS);
-    rmsnorm_backward_dweight_kernel<<<blocks_for(C, DW_COLS), threads>>>(dweight, dout, inp, rstd,
-                                                                         N, C);
+    rmsnorm_dweight_kernel<<<blocks_for(C, DW_COLS), threads>>>(dweight, partial, P, C);
     cudaCheckLaunch();
 }

@@ -32,8 +32,8 @@
     X(moe_combine_forward)                                                                         \
     X(moe_combine_backward)                                                                        \
     X(moe_router_backward)                                                                         \
-    X(cross_entropy_max)                                                                           \
-    X(cross_entropy_sumexp)                                                                        \
+    X(cross_entropy_stats)                                                                         \
+    X(cross_entropy_rescale)                                                                       \
     X(cross_entropy_loss)                                                                          \
     X(cross_entropy_backward)                                                                      \
     X(adamw_update)                                                                                \

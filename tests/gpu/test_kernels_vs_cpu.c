@@ -406,7 +406,9 @@ static void test_swiglu(void) {
     device_free(d_dg), device_free(d_du);
 }
 
-// N = 70000 rows: more than a grid's y or z dimension holds (65535)
+// N = 70000 rows: more than a grid's y or z dimension holds (65535). sumexp is a length-V sum in
+// another order: at V = 4099 the CPU's sequential float sum was 6.1e-6 off the exact (double) one,
+// the GPU's 1.6e-7, so what TOL_ELEM leaves room for is mostly the CPU's rounding.
 static void test_cross_entropy(int N, int V, int vocab_start) {
     size_t nl = (size_t)N * V;
     char what[96];
@@ -420,28 +422,167 @@ static void test_cross_entropy(int N, int V, int vocab_start) {
     float *d_logits = to_device(logits, nl * 4), *d_dlogits = to_device(dlogits, nl * 4);
     float *d_maxes = device_malloc(N * 4), *d_sumexp = device_malloc(N * 4);
     float *d_tl = device_malloc(N * 4), *d_losses = device_malloc(N * 4);
-    cpu_cross_entropy_max(maxes, logits, N, V);
-    cross_entropy_max(d_maxes, d_logits, N, V);
-    snprintf(what, sizeof what, "cross_entropy_max N%d V%d", N, V);
+    cpu_cross_entropy_stats(maxes, sumexp, tl, logits, targets, N, V, vocab_start);
+    cross_entropy_stats(d_maxes, d_sumexp, d_tl, d_logits, d_targets, N, V, vocab_start);
+    snprintf(what, sizeof what, "cross_entropy_stats N%d V%d maxes", N, V);
     check(what, d_maxes, maxes, N, 0.0);
-    cpu_cross_entropy_sumexp(sumexp, tl, logits, maxes, targets, N, V, vocab_start);
-    cross_entropy_sumexp(d_sumexp, d_tl, d_logits, d_maxes, d_targets, N, V, vocab_start);
-    snprintf(what, sizeof what, "cross_entropy_sumexp N%d V%d sumexp", N, V);
+    snprintf(what, sizeof what, "cross_entropy_stats N%d V%d sumexp", N, V);
     check(what, d_sumexp, sumexp, N, TOL_ELEM);
-    snprintf(what, sizeof what, "cross_entropy_sumexp N%d V%d target_logit", N, V);
+    snprintf(what, sizeof what, "cross_entropy_stats N%d V%d target_logit", N, V);
     check(what, d_tl, tl, N, 0.0);
     cpu_cross_entropy_loss(losses, maxes, sumexp, tl, N);
     cross_entropy_loss(d_losses, d_maxes, d_sumexp, d_tl, N);
     snprintf(what, sizeof what, "cross_entropy_loss N%d V%d", N, V);
     check(what, d_losses, losses, N, TOL_ELEM);
+    // dlogits start as random garbage on both devices: the backward writes, it does not add
     cpu_cross_entropy_backward(dlogits, logits, maxes, sumexp, targets, 0.01f, N, V, vocab_start);
     cross_entropy_backward(d_dlogits, d_logits, d_maxes, d_sumexp, d_targets, 0.01f, N, V,
                            vocab_start);
-    snprintf(what, sizeof what, "cross_entropy_backward N%d V%d (+=)", N, V);
+    snprintf(what, sizeof what, "cross_entropy_backward N%d V%d (=)", N, V);
     check(what, d_dlogits, dlogits, nl, TOL_ELEM);
     free(targets), free(logits), free(dlogits), free(maxes), free(sumexp), free(tl), free(losses);
     device_free(d_targets), device_free(d_logits), device_free(d_dlogits), device_free(d_maxes);
     device_free(d_sumexp), device_free(d_tl), device_free(d_losses);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The embedding's sort, RMSNorm's block partial sums and the one-read cross-entropy at shapes
+// that exercise their parallelism, and their determinism: each runs twice on the same inputs and
+// must write the same bytes (t_81 runs this program again with the emulator's threads and blocks
+// in reverse order, and under its race check, which compares two orders of every launch).
+
+static void check_same_bytes(const char *what, const void *dev_a, const void *dev_b, size_t bytes) {
+    unsigned char *a = xmalloc(bytes), *b = xmalloc(bytes);
+    device_to_host(a, dev_a, bytes);
+    device_to_host(b, dev_b, bytes);
+    size_t differ = 0;
+    for (size_t i = 0; i < bytes; i++) differ += a[i] != b[i];
+    printf("  %-4s %-40s %zu of %zu bytes differ\n", differ ? "FAIL" : "ok", what, differ, bytes);
+    differ ? failed++ : passed++;
+    free(a), free(b);
+}
+
+// tokens drawn from [0, vocab) (or all one token of the shard): each repeats ~N / vocab times,
+// and those outside [vocab_start, vocab_start + V) belong to other shards. N > 4096 takes the sort
+// past one block's tile. Bit-equal to the CPU: each row's rows of dout add in position order.
+static void test_embedding_backward_sorted(int N, int C, int vocab, int vocab_start, int V,
+                                           int one_token) {
+    char what[96];
+    int *tokens = xmalloc(N * sizeof(int));
+    for (int n = 0; n < N; n++)
+        tokens[n] = one_token ? vocab_start + V / 2 : (int)uniform(0, vocab);
+    float *dout = random_host((size_t)N * C, -1, 1), *dwte = random_host((size_t)V * C, -1, 1);
+    int *d_tokens = to_device(tokens, N * sizeof(int));
+    float *d_dout = to_device(dout, (size_t)N * C * 4);
+    float *d_a = to_device(dwte, (size_t)V * C * 4), *d_b = to_device(dwte, (size_t)V * C * 4);
+    cpu_embedding_backward(dwte, dout, tokens, N, C, vocab_start, V);
+    embedding_backward(d_a, d_dout, d_tokens, N, C, vocab_start, V);
+    embedding_backward(d_b, d_dout, d_tokens, N, C, vocab_start, V);
+    snprintf(what, sizeof what, "embedding_backward N%d C%d vocab %d%s", N, C,
+             one_token ? 1 : vocab, one_token ? " (one token)" : "");
+    check(what, d_a, dwte, (size_t)V * C, 0.0);
+    snprintf(what, sizeof what, "embedding_backward N%d twice", N);
+    check_same_bytes(what, d_a, d_b, (size_t)V * C * 4);
+    free(tokens), free(dout), free(dwte);
+    device_free(d_tokens), device_free(d_dout), device_free(d_a), device_free(d_b);
+}
+
+// N not a multiple of the block's rows, C of the block's threads; C = 12300 needs more than
+// 48 KiB of shared memory for the block's dweight row, which the kernel must ask for
+static void test_rmsnorm_backward_blocks(int N, int C) {
+    char what[96];
+    size_t nc = (size_t)N * C;
+    float *inp = random_host(nc, -2, 2), *w = random_host(C, 0.5f, 1.5f);
+    float *out = xmalloc(nc * 4), *rstd = xmalloc(N * 4);
+    float *dout = random_host(nc, -1, 1), *dinp = random_host(nc, -1, 1);
+    float *dw = random_host(C, -1, 1);
+    float *d_inp = to_device(inp, nc * 4), *d_w = to_device(w, C * 4);
+    float *d_out = device_malloc(nc * 4), *d_rstd = device_malloc(N * 4);
+    float *d_dout = to_device(dout, nc * 4);
+    float *d_dinp = to_device(dinp, nc * 4), *d_dw = to_device(dw, C * 4);
+    float *d_dinp2 = to_device(dinp, nc * 4), *d_dw2 = to_device(dw, C * 4);
+    cpu_rmsnorm_forward(out, rstd, inp, w, N, C, 1e-5f);
+    rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+    host_to_device(d_rstd, rstd, N * 4); // the backward's inputs equal on both devices
+    cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+    rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+    rmsnorm_backward(d_dinp2, d_dw2, d_dout, d_inp, d_w, d_rstd, N, C);
+    snprintf(what, sizeof what, "rmsnorm_backward N%d C%d dinp", N, C);
+    check(what, d_dinp, dinp, nc, TOL_ELEM);
+    snprintf(what, sizeof what, "rmsnorm_backward N%d C%d dweight", N, C);
+    check(what, d_dw, dw, C, TOL_ELEM);
+    snprintf(what, sizeof what, "rmsnorm_backward N%d twice: dinp", N);
+    check_same_bytes(what, d_dinp, d_dinp2, nc * 4);
+    snprintf(what, sizeof what, "rmsnorm_backward N%d twice: dweight", N);
+    check_same_bytes(what, d_dw, d_dw2, C * 4);
+    free(inp), free(w), free(out), free(rstd), free(dout), free(dinp), free(dw);
+    device_free(d_inp), device_free(d_w), device_free(d_out), device_free(d_rstd);
+    device_free(d_dout), device_free(d_dinp), device_free(d_dw), device_free(d_dinp2);
+    device_free(d_dw2);
+}
+
+// The vocab-parallel merge on one device: two shards' statistics, the max of their maxima, each
+// sum rescaled to it and the sums added (what tensor_parallel.c all-reduces) give the full
+// vocabulary's loss; each shard's dlogits equal the full backward's columns. Then the stats and
+// the backward run again and must write the same bytes.
+static void test_cross_entropy_shards(int N, int V, int V0) {
+    int V1 = V - V0;
+    char what[96];
+    size_t nl = (size_t)N * V;
+    int *targets = xmalloc(N * sizeof(int));
+    for (int n = 0; n < N; n++) targets[n] = (int)uniform(0, V);
+    float *logits = random_host(nl, -8, 8), *dlogits = xmalloc(nl * 4);
+    float *maxes = xmalloc(N * 4), *sumexp = xmalloc(N * 4), *tl = xmalloc(N * 4);
+    float *losses = xmalloc(N * 4), *part = xmalloc(nl * 4);
+    cpu_cross_entropy_stats(maxes, sumexp, tl, logits, targets, N, V, 0);
+    cpu_cross_entropy_loss(losses, maxes, sumexp, tl, N);
+    cpu_cross_entropy_backward(dlogits, logits, maxes, sumexp, targets, 0.01f, N, V, 0);
+    // the shards (N, V0) and (N, V1), one after the other in one buffer
+    for (int n = 0; n < N; n++) {
+        memcpy(part + (size_t)n * V0, logits + (size_t)n * V, V0 * 4);
+        memcpy(part + (size_t)N * V0 + (size_t)n * V1, logits + (size_t)n * V + V0, V1 * 4);
+    }
+    int *d_targets = to_device(targets, N * sizeof(int));
+    float *d_part = to_device(part, nl * 4), *d_part1 = d_part + (size_t)N * V0;
+    float *d_dpart = device_malloc(nl * 4), *d_dpart2 = device_malloc(nl * 4);
+    float *d_stats = device_malloc(9 * (size_t)N * 4); // 3 shards' (max, sumexp, target_logit)
+    float *m0 = d_stats, *s0 = m0 + N, *t0 = s0 + N, *m1 = t0 + N, *s1 = m1 + N, *t1 = s1 + N;
+    float *m2 = t1 + N, *s2 = m2 + N, *t2 = s2 + N;
+    cross_entropy_stats(m0, s0, t0, d_part, d_targets, N, V0, 0);
+    cross_entropy_stats(m1, s1, t1, d_part1, d_targets, N, V1, V0);
+    cross_entropy_stats(m2, s2, t2, d_part1, d_targets, N, V1, V0);
+    snprintf(what, sizeof what, "cross_entropy_stats N%d V%d twice", N, V1);
+    check_same_bytes(what, m1, m2, 3 * (size_t)N * 4);
+    float *h = xmalloc(6 * (size_t)N * 4), *max_all = xmalloc(N * 4);
+    device_to_host(h, d_stats, 6 * (size_t)N * 4);
+    for (int n = 0; n < N; n++) max_all[n] = fmaxf(h[n], h[3 * N + n]);
+    float *d_max = to_device(max_all, N * 4);
+    cross_entropy_rescale(s0, m0, d_max, N);
+    cross_entropy_rescale(s1, m1, d_max, N);
+    add_inplace(s0, s1, N);
+    add_inplace(t0, t1, N);
+    float *d_losses = device_malloc(N * 4);
+    cross_entropy_loss(d_losses, d_max, s0, t0, N);
+    snprintf(what, sizeof what, "cross_entropy 2 shards N%d V%d+%d loss", N, V0, V1);
+    check(what, d_losses, losses, N, TOL_ELEM);
+    fill(d_dpart, NAN, nl), fill(d_dpart2, NAN, nl); // written whole: no NaN may stay
+    for (int run = 0; run < 2; run++) {
+        float *d = run ? d_dpart2 : d_dpart;
+        cross_entropy_backward(d, d_part, d_max, s0, d_targets, 0.01f, N, V0, 0);
+        cross_entropy_backward(d + (size_t)N * V0, d_part1, d_max, s0, d_targets, 0.01f, N, V1, V0);
+    }
+    for (int n = 0; n < N; n++) { // the CPU's full dlogits, laid out as the shards
+        memcpy(part + (size_t)n * V0, dlogits + (size_t)n * V, V0 * 4);
+        memcpy(part + (size_t)N * V0 + (size_t)n * V1, dlogits + (size_t)n * V + V0, V1 * 4);
+    }
+    snprintf(what, sizeof what, "cross_entropy 2 shards N%d V%d+%d dlogits", N, V0, V1);
+    check(what, d_dpart, part, nl, TOL_ELEM);
+    snprintf(what, sizeof what, "cross_entropy_backward N%d V%d twice", N, V);
+    check_same_bytes(what, d_dpart, d_dpart2, nl * 4);
+    free(targets), free(logits), free(dlogits), free(maxes), free(sumexp), free(tl), free(losses);
+    free(part), free(h), free(max_all);
+    device_free(d_targets), device_free(d_part), device_free(d_dpart), device_free(d_dpart2);
+    device_free(d_stats), device_free(d_max), device_free(d_losses);
 }
 
 static void test_adamw(void) {
@@ -500,6 +641,14 @@ int main(int argc, char **argv) {
     test_moe(257, 64, 64, 6, 0);
     test_cross_entropy(37, 1000, 500);
     test_cross_entropy(70000, 24, 0);
+    test_embedding_backward_sorted(5000, 200, 50, 10, 30, 0);
+    test_embedding_backward_sorted(4096, 130, 50, 0, 50, 0);
+    test_embedding_backward_sorted(3001, 64, 50, 5, 20, 1);
+    test_embedding_backward_sorted(1, 7, 50, 0, 50, 0);
+    test_rmsnorm_backward_blocks(5003, 1500);
+    test_rmsnorm_backward_blocks(9, 12300);
+    test_cross_entropy(300, 4099, 1000);
+    test_cross_entropy_shards(300, 4099, 2050);
     test_adamw();
     for (int kind = 0; kind < 3; kind++) test_init(kind, 300, 500, 7, 250, 1000);
     test_init(1, 2048, 2048, 0, 0, 2048); // the mismatch rate of normals over 4M elements
