@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make GPU=1` compiles and links warning-free (nvcc, cuBLAS, NCCL; no GPU needed), every CUDA
-# source backend/cuda/<k>.cu has its CPU twin backend/cpu/<k>.c (comm_nccl.cu: comm_mpi.c), every
+# source backend/cuda/<k>.cu has its CPU twin backend/cpu/<k>.c (comm_nccl.cu: comm_mpi.c;
+# flash_attention.cu, attention's bf16 path: attention.c), every
 # kernel of backend/backend.h is in the GPU kernel test's twin list, and that test program links.
 # Builds in a copy of the tree: make GPU=1 writes ./train, which the CPU tests use.
 cd "$(dirname "$0")/.." || exit 1
@@ -15,6 +16,7 @@ for cu in backend/cuda/*.cu; do
     name=$(basename "$cu" .cu)
     twin=backend/cpu/$name.c
     [ "$name" = comm_nccl ] && twin=backend/cpu/comm_mpi.c
+    [ "$name" = flash_attention ] && twin=backend/cpu/attention.c
     if [ ! -f "$twin" ]; then
         echo "FAIL: $cu has no CPU twin $twin"
         status=1

@@ -10,7 +10,8 @@
 #      benchmark at SmolLM-1.7B's shape (its prebuilt mode: tests/t_82_gpu_bundle.sh)
 #   2. the emulator itself runs correct CUDA exactly and refuses what a GPU gets wrong: a race on
 #      shared memory, grid.y = 65536, 64 KiB of shared memory without the attribute, a host
-#      pointer, a shuffle after lanes returned, a deadlocked barrier, a bad leading dimension;
+#      pointer, a shuffle after lanes returned, a deadlocked barrier, a bad leading dimension,
+#      a WMMA call met by half a warp or on a misaligned tile; its WMMA tiles multiply exactly;
 #      and an asynchronous collective's output is NaN until the host has waited for it
 #   3. every CUDA kernel again, each launch run a second time with threads and blocks in reverse
 #      order, which must write the same bytes (a missing barrier shows there); then the
@@ -79,7 +80,10 @@ emulator_case shfl_after_exit "lanes of warp 0 already returned" PICOTRON_EMU_OR
 emulator_case deadlock "every thread waits at a barrier"
 emulator_case gemm_ld ""
 emulator_case deferred ""
-echo "emulator: 11 cases behave as a GPU would, or are refused as a GPU would fail them"
+emulator_case wmma ""
+emulator_case wmma_divergent "lanes of warp 0 meet at different warp operations"
+emulator_case wmma_misaligned "breaks WMMA's alignment"
+echo "emulator: 14 cases behave as a GPU would, or are refused as a GPU would fail them"
 
 # 3. the kernels, with the race check on every launch
 if PICOTRON_EMU_RACECHECK=1 timeout 300 build-emu/tests/gpu/test_kernels_vs_cpu >"$log/k" 2>&1; then

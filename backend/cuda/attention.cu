@@ -11,9 +11,12 @@
 // group * D floats apart in q (B, T, H, D), D apart in k and v (B, T, KV, D), and Tq * Tk apart
 // in the scores, so each product of the set is one strided-batched GEMM. n is as large as
 // SCORES_CAP floats of scores allow.
-// Precision: "float32" multiplies in fp32 (no TF32), to match the CPU to 1e-5; "bfloat16"
-// (autocast) on the TF32 tensor cores (10-bit mantissa, more than bf16's 7), fp32 in and out.
+// Which path runs: "float32" takes the GEMMs above in fp32 (no TF32), to match the CPU to 1e-5.
+// "bfloat16" (autocast) takes flash attention (backend/cuda/flash_attention.cu: bf16 tiles on
+// the tensor cores, fp32 softmax and accumulators, no (Tq, Tk) matrix in global memory) for head
+// dims up to 128, and these GEMMs on the TF32 tensor cores (10-bit mantissa) for larger ones.
 #include "backend/cuda/common.h"
+#include "backend/cuda/flash_attention.h"
 
 // floats per scores buffer: 256 MiB. `make GPU=emulate` sets 2048, so that the tests' small
 // shapes also run in several sets.
@@ -154,6 +157,8 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                              int KV, int D) {
     PROFILE(PROFILE_ATTENTION);
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
+    if (compute_bf16 && flash_attention_supports(D))
+        return flash_attention_forward(out, lse, q, k, v, q_pos, k_pos, B, Tq, Tk, H, KV, D);
     Shape sh = {Tq, Tk, H, KV, D, H / KV};
     size_t n_out = (size_t)B * Tq * H * D, n_lse = (size_t)B * H * Tq;
     float *s =
@@ -227,6 +232,9 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               int KV, int D) {
     PROFILE(PROFILE_ATTENTION);
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
+    if (compute_bf16 && flash_attention_supports(D))
+        return flash_attention_backward(dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, B, Tq,
+                                        Tk, H, KV, D);
     Shape sh = {Tq, Tk, H, KV, D, H / KV};
     float scale = 1.0f / sqrtf((float)D);
     size_t set_bytes = (size_t)heads_per_set(sh) * Tq * Tk * sizeof(float);

@@ -43,10 +43,11 @@ CUDA_LIBS=(-L"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 comm_deps=("$BUILD/utils.o" "$BUILD/trace.o" "$BUILD/svg.o" "$BUILD/process_group_manager.o")
 renames=$(grep -o 'X([a-z_0-9]*)' tests/gpu/cpu_twins.h | sed 's/X(\(.*\))/-D\1=cpu_\1/')
 cpu_objs=()
-# the kernel files: every CUDA source but device memory and communication has a CPU twin
+# the kernel files: every CUDA source but device memory and communication has a CPU twin;
+# flash_attention.cu is attention's bf16 path, whose twin is attention.c's
 for cu in backend/cuda/*.cu; do
     name=$(basename "$cu" .cu)
-    [ "$name" = memory ] || [ "$name" = comm_nccl ] && continue
+    [ "$name" = memory ] || [ "$name" = comm_nccl ] || [ "$name" = flash_attention ] && continue
     # shellcheck disable=SC2086
     mpicc $CFLAGS $renames -c -o "$OUT/cpu_$name.o" "backend/cpu/$name.c"
     cpu_objs+=("$OUT/cpu_$name.o")

@@ -9,8 +9,8 @@
 #            glibc and libstdc++. The probe prints nvidia-smi's GPU, driver and memory, where each
 #            CUDA library was found, and ldd of the trainer, and stops the check at once, in one
 #            line, when anything is missing.
-#   1.       every CUDA kernel against its CPU twin on random inputs, and the bf16 products
-#            (tests/gpu/test_kernels_vs_cpu.c)
+#   1.       every CUDA kernel against its CPU twin on random inputs, and the bf16 products and
+#            flash attention (tests/gpu/test_kernels_vs_cpu.c)
 #   2.       the tiny model's loss and gradients on one GPU against the PyTorch fixture the CPU
 #            build matches: fp32 to the CPU's tolerances (tests/t_30_model_vs_torch.sh), bf16
 #            products to looser stated bounds (tests/gpu/test_model_bf16.c)
@@ -283,8 +283,10 @@ step "1. CUDA kernels vs their CPU twins"
 { "${build_tests[@]}" && timeout "$(limit 90)" "$BUILD/tests/gpu/test_kernels_vs_cpu"; } \
     >>"$steps_log" 2>&1
 rc=$?
-# here the bf16 products and what failed; check-steps.log has every kernel's line
-step_log | grep -E '^ +FAIL|^ +ok +bf16|device_memory_used' | sed 's/^ */    /'
+# here the bf16 products, flash attention's outputs and dq, and what failed; check-steps.log has
+# every kernel's line
+step_log | grep -E '^ +FAIL|^ +ok +bf16|^ +ok +flash (fwd .* out|bwd .* dq)|device_memory_used' |
+    sed 's/^ */    /'
 report $rc "$(step_log | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)"
 
 step "2. tiny model on one GPU vs the PyTorch fixture, fp32 and bf16"

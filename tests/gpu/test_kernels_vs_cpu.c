@@ -15,6 +15,14 @@
 //                  stays near that relative to the largest output (2.1e-3 to 2.3e-3 for these
 //                  shapes with torch's bf16 rounding in fp64), while a transposed or misplaced
 //                  operand is off by O(1)
+//   flash attention (the bf16 path): against the CPU twin on the same unrounded fp32 inputs,
+//                  ||gpu - cpu|| / ||cpu|| over a tensor (over the increments of a += output)
+//                  within TOL_FLASH 1e-2. q, k, v, dout and the kernels' own p and ds are each
+//                  rounded to bf16 (relative error up to 2^-9 = 2e-3) before a product, and a few
+//                  such roundings meet in each output with random signs: 1.9e-3 to 3.6e-3 here
+//                  (the lse 1e-5 to 4e-4). Rounded inputs would not make an exact reference, as
+//                  p and ds are rounded inside. The smallest wrong answer tried, a mask off by one
+//                  position, is 8e-2; a skipped tile or an unmasked padding key 0.25 to 1
 //   init_tensor:   bit-identical for uniform and constant; normal within 1 ulp on at most 1e-6 of
 //                  the elements (CUDA's double log/cos vs glibc's, see backend/cuda/init.cu)
 // Runs on one GPU; prints one line per comparison and "N passed, N failed" last.
@@ -33,6 +41,7 @@
 #define TOL_BF16_SUM         2e-4
 #define TOL_BF16             1e-2
 #define NORMAL_MISMATCH_RATE 1e-6
+#define TOL_FLASH            1e-2
 
 static int passed = 0, failed = 0;
 static uint64_t rng_state = 0x12345678abcdefull;
@@ -301,6 +310,160 @@ static void test_attention(int B, int T, int H, int KV, int D, int zigzag, int f
     free(q_pos), free(q), free(out), free(lse), free(dout), free(delta), free(dq);
     device_free(d_q_pos), device_free(d_q), device_free(d_out), device_free(d_lse);
     device_free(d_dout), device_free(d_delta), device_free(d_dq);
+}
+
+// Flash attention (backend/cuda/flash_attention.cu, the "bfloat16" path) against the fp32 CPU
+// twin on the same unrounded inputs, ||gpu - cpu|| / ||cpu|| over a tensor (for a += output,
+// over the increments) within TOL_FLASH; and per element: finite where the CPU's is (a -inf lse
+// stays -inf, no NaN), changed wherever the CPU's changed (nothing left unwritten), and the
+// FLASH_GUARD NaN floats after the tensor untouched (no write past its end; a read past an
+// input's end would bring NaN in).
+#define FLASH_GUARD 64
+static void check_flash(const char *what, const float *dev, const float *cpu, const float *init,
+                        size_t n) {
+    float *gpu = xmalloc((n + FLASH_GUARD) * sizeof(float));
+    device_to_host(gpu, dev, (n + FLASH_GUARD) * sizeof(float));
+    double diff2 = 0.0, ref2 = 0.0, max_diff = 0.0, max_ref = 0.0;
+    size_t non_finite = 0, unwritten = 0, guard = 0;
+    for (size_t i = 0; i < n; i++) {
+        float base = init ? init[i] : 0.0f;
+        if (!isfinite(cpu[i]) || !isfinite(gpu[i])) {
+            non_finite += !(cpu[i] == gpu[i]); // equal infinities pass, a NaN never does
+            continue;
+        }
+        unwritten += gpu[i] == base && cpu[i] != base;
+        double d = (double)gpu[i] - cpu[i], r = (double)cpu[i] - base;
+        diff2 += d * d, ref2 += r * r;
+        max_diff = fmax(max_diff, fabs(d)), max_ref = fmax(max_ref, fabs(r));
+    }
+    for (size_t i = n; i < n + FLASH_GUARD; i++) guard += !isnan(gpu[i]);
+    double rel = ref2 > 0.0 ? sqrt(diff2 / ref2) : sqrt(diff2);
+    int ok = rel <= TOL_FLASH && non_finite == 0 && unwritten == 0 && guard == 0;
+    printf("  %-4s %-40s rel L2 diff %.2e (tol %.0e), max %.2e", ok ? "ok" : "FAIL", what, rel,
+           TOL_FLASH, max_ref > 0.0 ? max_diff / max_ref : max_diff);
+    if (non_finite || unwritten || guard)
+        printf(", %zu non-finite differ, %zu unwritten, %zu guard floats written", non_finite,
+               unwritten, guard);
+    printf("\n");
+    ok ? passed++ : failed++;
+    free(gpu);
+}
+
+// a device copy of n floats (or ints) followed by FLASH_GUARD NaN floats
+static void *flash_device(const void *host, size_t n) {
+    float *d = device_malloc((n + FLASH_GUARD) * sizeof(float)), nan[FLASH_GUARD];
+    for (int i = 0; i < FLASH_GUARD; i++) nan[i] = NAN;
+    host_to_device(d, host, n * sizeof(float));
+    host_to_device(d + n, nan, sizeof nan);
+    return d;
+}
+
+// One query block at positions q_pos (Tq) meets nb key/value blocks, block n holding Tk[n] keys
+// at k_pos[n], merged in that order as ring attention does; then each block's backward, from the
+// CPU's out, lse and delta so that only the flash kernels are compared.
+static void test_flash(const char *label, int B, int Tq, int H, int KV, int D, const int *q_pos,
+                       int nb, const int *Tk, int *const *k_pos) {
+    size_t nq = (size_t)B * Tq * H * D, nl = (size_t)B * H * Tq;
+    char what[160];
+    float *q = random_host(nq, -1, 1), *out = xmalloc(nq * 4), *lse = xmalloc(nl * 4);
+    for (size_t i = 0; i < nq; i++) out[i] = 0.0f;
+    for (size_t i = 0; i < nl; i++) lse[i] = -INFINITY;
+    float *d_q = flash_device(q, nq), *d_out = flash_device(out, nq);
+    float *d_lse = flash_device(lse, nl);
+    int *d_q_pos = flash_device(q_pos, Tq), *d_k_pos[8];
+    float *kv[8][2], *d_kv[8][2];
+    for (int n = 0; n < nb; n++) {
+        size_t nk = (size_t)B * Tk[n] * KV * D;
+        d_k_pos[n] = flash_device(k_pos[n], Tk[n]);
+        for (int s = 0; s < 2; s++) {
+            kv[n][s] = random_host(nk, -1, 1);
+            d_kv[n][s] = flash_device(kv[n][s], nk);
+        }
+    }
+    backend_set_dtype("bfloat16");
+    for (int n = 0; n < nb; n++) {
+        cpu_attention_forward_block(out, lse, q, kv[n][0], kv[n][1], q_pos, k_pos[n], B, Tq, Tk[n],
+                                    H, KV, D);
+        attention_forward_block(d_out, d_lse, d_q, d_kv[n][0], d_kv[n][1], d_q_pos, d_k_pos[n], B,
+                                Tq, Tk[n], H, KV, D);
+    }
+    snprintf(what, sizeof what, "flash fwd %s out", label);
+    check_flash(what, d_out, out, NULL, nq);
+    snprintf(what, sizeof what, "flash fwd %s lse", label);
+    check_flash(what, d_lse, lse, NULL, nl);
+
+    // a row that saw no key has lse = -inf and no gradient, even from keys it could see: the
+    // first row of every head is given that lse
+    for (size_t bh = 0; bh < (size_t)B * H; bh++) lse[bh * Tq] = -INFINITY;
+    float *dout = random_host(nq, -1, 1), *delta = xmalloc(nl * 4);
+    cpu_attention_backward_delta(delta, dout, out, B, Tq, H, D);
+    float *d_dout = flash_device(dout, nq), *d_delta = flash_device(delta, nl);
+    host_to_device(d_out, out, nq * 4);
+    host_to_device(d_lse, lse, nl * 4);
+    float *dq = random_host(nq, -1, 1), *dq0 = xmalloc(nq * 4);
+    memcpy(dq0, dq, nq * 4);
+    float *d_dq = flash_device(dq, nq);
+    for (int n = 0; n < nb; n++) {
+        size_t nk = (size_t)B * Tk[n] * KV * D;
+        float *dk = random_host(nk, -1, 1), *dv = random_host(nk, -1, 1);
+        float *dk0 = xmalloc(nk * 4), *dv0 = xmalloc(nk * 4);
+        memcpy(dk0, dk, nk * 4), memcpy(dv0, dv, nk * 4);
+        float *d_dk = flash_device(dk, nk), *d_dv = flash_device(dv, nk);
+        cpu_attention_backward_block(dq, dk, dv, dout, q, kv[n][0], kv[n][1], lse, delta, q_pos,
+                                     k_pos[n], B, Tq, Tk[n], H, KV, D);
+        attention_backward_block(d_dq, d_dk, d_dv, d_dout, d_q, d_kv[n][0], d_kv[n][1], d_lse,
+                                 d_delta, d_q_pos, d_k_pos[n], B, Tq, Tk[n], H, KV, D);
+        snprintf(what, sizeof what, "flash bwd %s block %d dk (+=)", label, n);
+        check_flash(what, d_dk, dk, dk0, nk);
+        snprintf(what, sizeof what, "flash bwd %s block %d dv (+=)", label, n);
+        check_flash(what, d_dv, dv, dv0, nk);
+        free(dk), free(dv), free(dk0), free(dv0), device_free(d_dk), device_free(d_dv);
+    }
+    backend_set_dtype("float32");
+    snprintf(what, sizeof what, "flash bwd %s dq over %d blocks (+=)", label, nb);
+    check_flash(what, d_dq, dq, dq0, nq);
+    for (int n = 0; n < nb; n++) {
+        device_free(d_k_pos[n]);
+        for (int s = 0; s < 2; s++) free(kv[n][s]), device_free(d_kv[n][s]);
+    }
+    free(q), free(out), free(lse), free(dout), free(delta), free(dq), free(dq0);
+    device_free(d_q), device_free(d_out), device_free(d_lse), device_free(d_q_pos);
+    device_free(d_dout), device_free(d_delta), device_free(d_dq);
+}
+
+// The blocks ring attention hands a query block of Tq rows at positions from P = 2 * Tq on
+// (zigzag: both ends of [P, P + 2 * Tq), as a zig-zag chunk holds them), in the order
+//   earlier  Tq - 23 keys, all before every query: fully visible
+//   own      keys around the queries' own positions: Tq + 30 keys from P - 30 on (zigzag: the
+//            queries' own positions): tiles fully visible, partially masked and fully masked
+//   future   50 keys after every query: fully masked, must change nothing
+// reordered as `order` says (a permutation of "eof"). Order "o": the own block alone, its keys
+// from P + 63 on: the 63 queries before see no key at all (lse -inf, no gradient), and the
+// position ranges of the first query tile and the first key tile touch (64 rows: the kernels'
+// tile), the one pair of them that sees each other.
+static void test_flash_ring(int B, int Tq, int H, int KV, int D, int zigzag, const char *order) {
+    int P = 2 * Tq, nb = (int)strlen(order), Tk[3], *k_pos[3];
+    int *q_pos = xmalloc(Tq * sizeof(int));
+    for (int t = 0; t < Tq; t++) q_pos[t] = zigzag && t % 2 ? P + 2 * Tq - 1 - t / 2 : P + t;
+    if (zigzag)
+        for (int t = 0; t < Tq; t += 2) q_pos[t] = P + t / 2;
+    for (int n = 0; n < nb; n++) {
+        char kind = order[n];
+        Tk[n] = kind == 'e' ? Tq - 23 : kind == 'f' ? 50 : zigzag ? Tq : Tq + 30;
+        k_pos[n] = xmalloc(Tk[n] * sizeof(int));
+        for (int t = 0; t < Tk[n]; t++)
+            k_pos[n][t] = kind == 'e'   ? t
+                          : kind == 'f' ? 100 * Tq + t
+                          : zigzag      ? q_pos[t]
+                          : nb == 1     ? P + 63 + t
+                                        : P - 30 + t;
+    }
+    char label[64];
+    snprintf(label, sizeof label, "B%d Tq%d H%d KV%d D%d %s%s", B, Tq, H, KV, D, order,
+             zigzag ? " zigzag" : "");
+    test_flash(label, B, Tq, H, KV, D, q_pos, nb, Tk, k_pos);
+    for (int n = 0; n < nb; n++) free(k_pos[n]);
+    free(q_pos);
 }
 
 // integers (expert ids, counts, sorted rows) must agree exactly
@@ -636,6 +799,10 @@ int main(int argc, char **argv) {
     test_attention(2, 67, 4, 2, 64, 0, 0);
     test_attention(1, 100, 8, 8, 128, 1, 1);
     test_attention(2, 33, 6, 1, 32, 0, 1);
+    test_flash_ring(2, 100, 8, 2, 64, 0, "eof");
+    test_flash_ring(2, 70, 8, 4, 32, 1, "ofe");
+    test_flash_ring(1, 70, 4, 2, 8, 0, "o");
+    test_flash_ring(1, 65, 2, 1, 128, 0, "foe");
     test_swiglu();
     test_moe(1000, 96, 8, 2, 200);
     test_moe(257, 64, 64, 6, 0);

@@ -366,7 +366,11 @@ static int block_size; // threads in the running block
 static Barrier block_barrier, warp_barrier[MAX_WARPS];
 static int exited, warp_exited[MAX_WARPS];
 static uint64_t warp_slots[MAX_WARPS][32];
-static std::vector<unsigned char> dynamic_shared;
+// a block's dynamic shared memory, 1024-byte aligned (as a GPU's shared window starts)
+static struct {
+    unsigned char *ptr;
+    size_t bytes, capacity;
+} dynamic_shared;
 static void (*thread_body)(void *);
 static void *thread_ctx;
 static const char *running_kernel;
@@ -444,9 +448,14 @@ static int warp_check(unsigned int mask, const char *what) {
     return w;
 }
 
+static const char *lane_waits_at[MAX_WARPS][32]; // the warp operation each lane is at
+static void warp_met(int w);
+
 // all 32 lanes meet; thread_entry refuses a lane that returns while others wait here
 static void warp_barrier_wait(int w, const char *what) {
     warp_waits_at[w] = what;
+    lane_waits_at[w][linear_id() % 32] = what;
+    if (warp_barrier[w].arrived == 31) warp_met(w); // the last lane: the other 31 wait here
     barrier_wait(&warp_barrier[w], 32);
 }
 
@@ -465,8 +474,128 @@ uint64_t emu_warp_exchange(unsigned int mask, uint64_t value, int lane_mask, con
     return got;
 }
 
+// ---------------------------------------------------------------------------------------------
+// WMMA (emulator.h): each lane posts its call and waits at the warp barrier; the last lane to
+// arrive checks that the 32 calls agree and runs them all, while the other lanes wait.
+struct WmmaCall {
+    void *x;               // the lane's fragment: loaded into, stored from, or mma's d
+    const void *a, *b, *c; // mma_sync's operands
+    const void *ptr;       // load and store: the tile
+    unsigned ldm;          // its leading dimension, in elements
+    bool col_major;        // its layout
+    EmuFragKind kind;      // the fragment's use
+};
+static WmmaCall wmma_calls[MAX_WARPS][32];
+
+// where element e of a lane's fragment sits in the 16x16 tile (row * 16 + column): a permutation
+// of the emulator's own, different per use, so no code can rely on a layout CUDA leaves open
+static int wmma_slot(EmuFragKind kind, int lane, int e) {
+    return ((lane * 8 + e) * 73 + 59 * ((int)kind + 1)) & 255;
+}
+
+static float frag_value(EmuFragKind kind, const void *x, int e) {
+    return kind == EMU_FRAG_ACC ? ((const float *)x)[e]
+                                : __bfloat162float(((const __nv_bfloat16 *)x)[e]);
+}
+
+static void wmma_call(const char *what, const WmmaCall &call) {
+    int w = warp_check(0xffffffffu, what);
+    wmma_calls[w][linear_id() % 32] = call;
+    warp_barrier_wait(w, what);
+}
+
+// load or store of a tile by the whole warp: one tile, aligned as the hardware needs it
+static void wmma_run_memory(int w, bool store) {
+    const char *what = store ? "wmma::store_matrix_sync" : "wmma::load_matrix_sync";
+    const WmmaCall &c0 = wmma_calls[w][0];
+    for (int l = 1; l < 32; l++) {
+        const WmmaCall &c = wmma_calls[w][l];
+        if (c.ptr != c0.ptr || c.ldm != c0.ldm || c.col_major != c0.col_major || c.kind != c0.kind)
+            emu_fail("%s in kernel %s: lanes 0 and %d of warp %d name different tiles (%p, ldm "
+                     "%u and %p, ldm %u); the warp's 32 lanes load or store one tile together",
+                     what, running_kernel, l, w, c0.ptr, c0.ldm, c.ptr, c.ldm);
+    }
+    size_t elem = c0.kind == EMU_FRAG_ACC ? 4 : 2;
+    if ((uintptr_t)c0.ptr % 32 != 0 || c0.ldm * elem % 16 != 0)
+        emu_fail("%s in kernel %s: the tile at %p with ldm %u (%zu-byte elements) breaks WMMA's "
+                 "alignment: the pointer must be 32-byte aligned, ldm a multiple of 16 bytes",
+                 what, running_kernel, c0.ptr, c0.ldm, elem);
+    for (int l = 0; l < 32; l++)
+        for (int e = 0; e < 8; e++) {
+            int rc = wmma_slot(c0.kind, l, e), r = rc / 16, c = rc % 16;
+            size_t at = (c0.col_major ? (size_t)c * c0.ldm + r : (size_t)r * c0.ldm + c) * elem;
+            unsigned char *mem = (unsigned char *)c0.ptr + at;
+            unsigned char *frag = (unsigned char *)wmma_calls[w][l].x + e * elem;
+            if (store)
+                memcpy(mem, frag, elem);
+            else
+                memcpy(frag, mem, elem);
+        }
+}
+
+// d = a @ b + c for the warp's 16x16 tiles, gathered from every lane's fragments
+static void wmma_run_mma(int w) {
+    float a[256], b[256], c[256];
+    for (int l = 0; l < 32; l++)
+        for (int e = 0; e < 8; e++) {
+            const WmmaCall &call = wmma_calls[w][l];
+            a[wmma_slot(EMU_FRAG_A, l, e)] = frag_value(EMU_FRAG_A, call.a, e);
+            b[wmma_slot(EMU_FRAG_B, l, e)] = frag_value(EMU_FRAG_B, call.b, e);
+            c[wmma_slot(EMU_FRAG_ACC, l, e)] = frag_value(EMU_FRAG_ACC, call.c, e);
+        }
+    for (int l = 0; l < 32; l++) // c is read whole above: d may be c
+        for (int e = 0; e < 8; e++) {
+            int rc = wmma_slot(EMU_FRAG_ACC, l, e), r = rc / 16, col = rc % 16;
+            float sum = c[rc];
+            for (int k = 0; k < 16; k++) sum += a[r * 16 + k] * b[k * 16 + col];
+            ((float *)wmma_calls[w][l].x)[e] = sum;
+        }
+}
+
+void emu_wmma_load(void *x, EmuFragKind kind, const void *ptr, unsigned ldm, bool col_major) {
+    wmma_call("wmma::load_matrix_sync", WmmaCall{x, NULL, NULL, NULL, ptr, ldm, col_major, kind});
+}
+void emu_wmma_store(void *ptr, const float *x, unsigned ldm, bool col_major) {
+    wmma_call("wmma::store_matrix_sync",
+              WmmaCall{(void *)x, NULL, NULL, NULL, ptr, ldm, col_major, EMU_FRAG_ACC});
+}
+void emu_wmma_mma(float *d, const __nv_bfloat16 *a, const __nv_bfloat16 *b, const float *c) {
+    wmma_call("wmma::mma_sync", WmmaCall{d, a, b, c, NULL, 0, false, EMU_FRAG_ACC});
+}
+
+// The last lane to reach a warp operation, while the other 31 wait there: all must be at the
+// same operation (a lane at __syncwarp while the others shuffle or multiply is divergent use of
+// a warp-collective call, undefined on a GPU); a WMMA call then runs for the whole warp.
+static void warp_met(int w) {
+    const char *what = lane_waits_at[w][0];
+    for (int l = 1; l < 32; l++)
+        if (strcmp(lane_waits_at[w][l], what) != 0)
+            emu_fail("kernel %s: the lanes of warp %d meet at different warp operations (lane 0 "
+                     "at %s, lane %d at %s): a warp-collective call in divergent code",
+                     running_kernel, w, what, l, lane_waits_at[w][l]);
+    if (strcmp(what, "wmma::mma_sync") == 0)
+        wmma_run_mma(w);
+    else if (strcmp(what, "wmma::load_matrix_sync") == 0)
+        wmma_run_memory(w, false);
+    else if (strcmp(what, "wmma::store_matrix_sync") == 0)
+        wmma_run_memory(w, true);
+}
+
 void *emu_dynamic_shared(void) {
-    return dynamic_shared.empty() ? NULL : dynamic_shared.data();
+    return dynamic_shared.bytes ? dynamic_shared.ptr : NULL;
+}
+
+// a launch's dynamic shared memory: `bytes` of garbage (all-ones floats are NaN)
+static void dynamic_shared_reset(size_t bytes) {
+    if (bytes > dynamic_shared.capacity) {
+        free(dynamic_shared.ptr);
+        size_t capacity = (bytes + 1023) / 1024 * 1024;
+        dynamic_shared.ptr = (unsigned char *)aligned_alloc(1024, capacity);
+        if (!dynamic_shared.ptr) emu_fail("out of memory for %zu bytes of shared memory", bytes);
+        dynamic_shared.capacity = capacity;
+    }
+    dynamic_shared.bytes = bytes;
+    memset(dynamic_shared.ptr, 0xff, bytes);
 }
 
 static char *thread_stack(int t) {
@@ -506,7 +635,7 @@ static void run_block(const EmuConfig &c, const std::vector<int> &order) {
     block_barrier = Barrier{0, 0};
     exited = 0;
     for (int w = 0; w < MAX_WARPS; w++) warp_barrier[w] = Barrier{0, 0}, warp_exited[w] = 0;
-    std::fill(dynamic_shared.begin(), dynamic_shared.end(), 0xff); // garbage, as on a GPU
+    dynamic_shared_reset(dynamic_shared.bytes); // garbage, as on a GPU
     for (int t = 0; t < block_size; t++) {
         threads[t].sp = initial_sp(t);
         threads[t].idx =
@@ -608,7 +737,7 @@ int emu_run_grid(const EmuConfig &c, const char *name, const void *kernel, void 
     running_kernel = name;
     blockDim = c.block;
     gridDim = c.grid;
-    dynamic_shared.assign(c.smem, 0xff);
+    dynamic_shared_reset(c.smem);
     if (skip_compute()) return 1;
     static const char *racecheck = getenv("PICOTRON_EMU_RACECHECK");
     if (racecheck && racecheck[0] && strcmp(racecheck, "0") != 0) {

@@ -1,7 +1,9 @@
 // A CPU emulator of the parts of CUDA, cuBLAS and NCCL that backend/cuda uses, so the GPU build's
 // own sources run on a machine without a GPU: `make GPU=emulate` (tests/t_81_gpu_emulated.sh).
-// What it proves: the kernels' index arithmetic and their block and warp synchronisation, the
-// cuBLAS argument conventions (column-major, leading dimensions, transposes), the NCCL calls'
+// What it proves: the kernels' index arithmetic and their block and warp synchronisation
+// (every lane of a warp at the same warp operation), the tensor-core tiles of WMMA used as CUDA
+// specifies them (warp-collective, aligned, no reliance on the fragments' layout), the cuBLAS
+// argument conventions (column-major, leading dimensions, transposes), the NCCL calls'
 // arguments and pairing, and the launch limits of a real GPU (H100: 1024 threads a block,
 // grid.y and grid.z <= 65535, 48 KiB of dynamic shared memory unless a kernel asks for up to
 // 227 KiB), and the waits of asynchronous communication: a collective on a created stream
@@ -12,7 +14,7 @@
 //
 // How a kernel runs: the blocks one after another; inside a block, every CUDA thread is a
 // coroutine with its own stack, and the threads take turns between synchronisation points
-// (__syncthreads, __syncwarp, the warp shuffles), so shared memory and warp exchanges
+// (__syncthreads, __syncwarp, the warp shuffles, WMMA's calls), so shared memory and warp exchanges
 // behave as the programming model promises and no more. Environment:
 //   PICOTRON_EMU_ORDER=forward|reverse|shuffle   the order threads and blocks take turns in
 //   PICOTRON_EMU_RACECHECK=1   run every launch in two orders on the same inputs and fail if any
@@ -88,6 +90,74 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
     memcpy(&f, &u, 4);
     return f;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Warp matrix multiply-accumulate (mma.h, nvcuda::wmma): the m16n16k16 shape, bf16 operands and
+// fp32 accumulators. A fragment holds each lane's 8 elements of a 16x16 tile. Which lane holds
+// which element CUDA leaves unspecified, so the emulator scatters them by permutations of its own
+// (one for matrix_a, one for matrix_b, one for accumulators): code that reads or writes elements
+// by position, instead of through load/store_matrix_sync, computes garbage here as it would on
+// some GPU; element-wise work on a whole fragment (scaling every x[i]) is portable and works.
+// load_matrix_sync, store_matrix_sync and mma_sync are warp-collective: the 32 lanes must meet
+// at the same call with the same pointer, leading dimension and layout (or the launch is
+// refused); the pointer must be 32-byte aligned and ldm a multiple of 16 bytes, as CUDA requires.
+// A product is exact in fp32 (bf16 has 8 significant bits) and the emulator sums the 16 of each
+// element in k order, in fp32, after the accumulator's value.
+enum EmuFragKind { EMU_FRAG_A, EMU_FRAG_B, EMU_FRAG_ACC };
+void emu_wmma_load(void *x, EmuFragKind kind, const void *ptr, unsigned ldm, bool col_major);
+void emu_wmma_store(void *ptr, const float *x, unsigned ldm, bool col_major);
+void emu_wmma_mma(float *d, const __nv_bfloat16 *a, const __nv_bfloat16 *b, const float *c);
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename T, int size> struct __frag_base {
+    T x[size];
+    enum { num_elements = size };
+};
+template <typename Use, int m, int n, int k, typename T, typename Layout = void>
+struct fragment : __frag_base<T, 8> {
+    static_assert(m == 16 && n == 16 && k == 16, "the emulator has WMMA's m16n16k16 shape only");
+    static_assert(std::is_same<Use, accumulator>::value ? std::is_same<T, float>::value
+                                                        : std::is_same<T, __nv_bfloat16>::value,
+                  "the emulator has bf16 operands and fp32 accumulators only");
+};
+
+template <typename Use, typename T, typename Layout>
+static inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const T &v) {
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
+}
+template <typename Use, typename Layout>
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f,
+                                    const __nv_bfloat16 *ptr, unsigned ldm) {
+    static_assert(std::is_same<Layout, row_major>::value || std::is_same<Layout, col_major>::value,
+                  "an operand fragment names its layout");
+    emu_wmma_load(f.x, std::is_same<Use, matrix_a>::value ? EMU_FRAG_A : EMU_FRAG_B, ptr, ldm,
+                  std::is_same<Layout, col_major>::value);
+}
+static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *ptr,
+                                    unsigned ldm, layout_t layout) {
+    emu_wmma_load(f.x, EMU_FRAG_ACC, ptr, ldm, layout == mem_col_major);
+}
+static inline void store_matrix_sync(float *ptr, const fragment<accumulator, 16, 16, 16, float> &f,
+                                     unsigned ldm, layout_t layout) {
+    emu_wmma_store(ptr, f.x, ldm, layout == mem_col_major);
+}
+template <typename LayoutA, typename LayoutB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                            const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LayoutA> &a,
+                            const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> &b,
+                            const fragment<accumulator, 16, 16, 16, float> &c) {
+    emu_wmma_mma(d.x, a.x, b.x, c.x);
+}
+} // namespace wmma
+} // namespace nvcuda
 
 // ---------------------------------------------------------------------------------------------
 // the CUDA runtime (cuda_runtime.h)

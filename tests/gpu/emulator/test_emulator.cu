@@ -12,11 +12,18 @@
 //   gemm_ld             cublasGemmEx with lda < m: CUBLAS_STATUS_INVALID_VALUE
 //   deferred            an all-reduce on a created stream: its output is NaN until an event
 //                       recorded after it has been waited for, then the result
+//   wmma                bf16 tensor-core tiles: 2 * (A @ B + C) with A row-major and B
+//                       column-major, and A^T @ B^T stored column-major, against a host loop;
+//                       exact (small integers: every product and sum is exact in fp32)
+//   wmma_divergent      half the warp at mma_sync, the other half at __syncwarp: refused
+//   wmma_misaligned     a tile loaded from a pointer 2 bytes past a 32-byte boundary: refused
 // Exit 0 when the case behaved as stated (the refusals end the process with status 1 and a
 // message, which the script checks).
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <math.h>
+#include <mma.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +71,51 @@ __global__ static void deadlock_kernel(float *out) {
     else
         __syncwarp();
     out[threadIdx.x] = 0.0f;
+}
+
+using namespace nvcuda;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Accumulator;
+
+// one warp: d (16, 16) = 2 * (a @ b + c), a row-major, b column-major, all with ld 16; then
+// d + 256 = a^T @ b^T, reading a column-major and b row-major, stored column-major
+__global__ static void wmma_kernel(float *d, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                                   const float *c) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_rows;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b_cols;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> a_cols;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b_rows;
+    Accumulator acc;
+    wmma::load_matrix_sync(a_rows, a, 16);
+    wmma::load_matrix_sync(b_cols, b, 16);
+    wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+    wmma::mma_sync(acc, a_rows, b_cols, acc);
+    for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= 2.0f; // element-wise: any layout
+    wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+    wmma::load_matrix_sync(a_cols, a, 16);
+    wmma::load_matrix_sync(b_rows, b, 16);
+    wmma::fill_fragment(acc, 0.0f);
+    wmma::mma_sync(acc, a_cols, b_rows, acc);
+    wmma::store_matrix_sync(d + 256, acc, 16, wmma::mem_col_major);
+}
+
+__global__ static void wmma_divergent_kernel(float *d) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+    Accumulator acc;
+    wmma::fill_fragment(a, __float2bfloat16_rn(1.0f));
+    wmma::fill_fragment(b, __float2bfloat16_rn(1.0f));
+    wmma::fill_fragment(acc, 0.0f);
+    if (threadIdx.x < 16)
+        wmma::mma_sync(acc, a, b, acc);
+    else
+        __syncwarp();
+    wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+}
+
+__global__ static void wmma_misaligned_kernel(float *d, const __nv_bfloat16 *a) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag;
+    wmma::load_matrix_sync(frag, a + 1, 16);
+    d[threadIdx.x] = __bfloat162float(frag.x[0]);
 }
 
 static float *device_floats(size_t n) {
@@ -157,6 +209,40 @@ int main(int argc, char **argv) {
         ncclCommDestroy(comm);
         MPI_Finalize();
         return expect(ok, "an all-reduce's output reads NaN before its event is waited for");
+    }
+    if (!strcmp(c, "wmma")) {
+        __nv_bfloat16 a[256], b[256];
+        float fa[256], fb[256], fc[256], got[512];
+        for (int i = 0; i < 256; i++) {
+            fa[i] = (float)(i * 7 % 9 - 4), fb[i] = (float)(i * 5 % 7 - 3);
+            fc[i] = (float)(i % 11 - 5);
+            a[i] = __float2bfloat16_rn(fa[i]), b[i] = __float2bfloat16_rn(fb[i]);
+        }
+        __nv_bfloat16 *da = (__nv_bfloat16 *)(d + 1024), *db = (__nv_bfloat16 *)(d + 1280);
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+        cudaMemcpy(d + 1536, fc, sizeof fc, cudaMemcpyHostToDevice);
+        wmma_kernel<<<1, 32>>>(d, da, db, d + 1536);
+        cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost);
+        int bad = cudaGetLastError() != cudaSuccess;
+        for (int r = 0; r < 16; r++)
+            for (int n = 0; n < 16; n++) {
+                float first = fc[r * 16 + n], second = 0.0f;
+                for (int k = 0; k < 16; k++) {
+                    first += fa[r * 16 + k] * fb[n * 16 + k];  // a (r, k) row-major, b col-major
+                    second += fa[k * 16 + r] * fb[k * 16 + n]; // a^T (r, k), b^T (k, n)
+                }
+                bad |= got[r * 16 + n] != 2.0f * first || got[256 + n * 16 + r] != second;
+            }
+        return expect(!bad, "WMMA's 16x16x16 bf16 products equal the host's loops exactly");
+    }
+    if (!strcmp(c, "wmma_divergent")) {
+        wmma_divergent_kernel<<<1, 32>>>(d);
+        return expect(0, "an mma_sync met by half a warp ran");
+    }
+    if (!strcmp(c, "wmma_misaligned")) {
+        wmma_misaligned_kernel<<<1, 32>>>(d, (const __nv_bfloat16 *)d);
+        return expect(0, "a misaligned WMMA load ran");
     }
     fprintf(stderr, "unknown case '%s'\n", c);
     return 2;
