@@ -225,8 +225,7 @@ float model_forward(Model *model, int slot, int chunk, float loss_scale) {
                     model->cfg.rms_norm_eps);
     const float *lnf = gather_from_sequence_parallel_region(&model->sp, a->lnf); // (N, C)
     column_parallel_linear_forward(model->logits, lnf, model->w.lm_head, N, C, V);
-    // the loss's gradient is known now, so a slot keeps dlogits instead of the logits
-    device_zero(a->dlogits, (size_t)N * V * sizeof(float));
+    // the loss's gradient is known now, so a slot keeps dlogits (written whole) instead of logits
     a->loss = vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,
                                            model->vocab_start, &model->loss_buffers, tp);
     return a->loss;

@@ -73,13 +73,18 @@ size_t device_memory_used(void) {
 // One core's peak: independent chains of vector FMAs that never leave the registers, in the widest
 // vectors this build uses (AVX-512 under -march=native on such a CPU). No real kernel beats it,
 // as no GPU kernel beats the datasheet's dense peak.
+#ifdef __AVX512F__
 typedef float FloatVector __attribute__((vector_size(64)));
+#else // AVX2 and below: a 16-float vector would be split in halves and spill to memory
+typedef float FloatVector __attribute__((vector_size(32)));
+#endif
+#define LANES (int)(sizeof(FloatVector) / sizeof(float))
 // optimised and uninstrumented whatever the build (make test-asan builds -O1 with sanitizers,
 // which would keep the chains in memory and measure that instead)
 __attribute__((optimize("O2"), no_sanitize_address, no_sanitize_undefined)) static double
 core_fma_peak(void) {
     FloatVector x, y;
-    for (int i = 0; i < 16; i++) x[i] = 0.999f, y[i] = 1e-3f;
+    for (int i = 0; i < LANES; i++) x[i] = 0.999f, y[i] = 1e-3f;
     // 12 independent chains, enough in flight to hide the FMA latency on two ports; each starts
     // elsewhere, or the compiler would see they are equal and compute one
     FloatVector a0 = x * 0.1f, a1 = x * 0.2f, a2 = x * 0.3f, a3 = x * 0.4f, a4 = x * 0.5f,
@@ -99,7 +104,7 @@ core_fma_peak(void) {
     }
     FloatVector sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
     if (sum[0] != sum[0]) FAIL("", "the FMA chains overflowed");
-    return 2.0 * 16 * 12 * iters / best;
+    return 2.0 * LANES * 12 * iters / best;
 }
 
 // The peak this rank may count on, so that MFU means what it means on a GPU: the cores its node
