@@ -107,9 +107,9 @@ static void attention_forward(Model *model, float *mid, const AttentionActivatio
     int D = model->D, Ns = model->Ns;
     rmsnorm_forward(s->ln1, s->rstd1, x, w->input_layernorm, Ns, C, model->cfg.rms_norm_eps);
     const float *ln1 = gather_from_sequence_parallel_region(&model->sp, s->ln1); // (N, C)
-    column_parallel_linear_forward(s->q, ln1, w->q_proj, N, C, H * D);
-    column_parallel_linear_forward(s->k, ln1, w->k_proj, N, C, KV * D);
-    column_parallel_linear_forward(s->v, ln1, w->v_proj, N, C, KV * D);
+    ColumnParallelOut qkv[3] = {
+        {s->q, w->q_proj, H * D}, {s->k, w->k_proj, KV * D}, {s->v, w->v_proj, KV * D}};
+    column_parallel_linear_forward(qkv, 3, ln1, N, C);
     rope_forward(s->q, model->rope_cos, model->rope_sin, B, T, H, D);
     rope_forward(s->k, model->rope_cos, model->rope_sin, B, T, KV, D);
     ring_attention_forward(s->att, s->lse, s->q, s->k, &model->ring);
@@ -124,8 +124,8 @@ static void mlp_forward(Model *model, float *out, const MlpActivations *s, const
     rmsnorm_forward(s->ln2, s->rstd2, mid, w->post_attention_layernorm, Ns, C,
                     model->cfg.rms_norm_eps);
     const float *ln2 = gather_from_sequence_parallel_region(&model->sp, s->ln2); // (N, C)
-    column_parallel_linear_forward(s->gate, ln2, w->gate_proj, N, C, I);
-    column_parallel_linear_forward(s->up, ln2, w->up_proj, N, C, I);
+    ColumnParallelOut gate_up[2] = {{s->gate, w->gate_proj, I}, {s->up, w->up_proj, I}};
+    column_parallel_linear_forward(gate_up, 2, ln2, N, C);
     swiglu_forward(s->act, s->gate, s->up, (size_t)N * I);
     row_parallel_linear_forward(out, s->act, w->down_proj, N, I, C, &model->pgm->tp, &model->sp);
     add_inplace(out, mid, (size_t)Ns * C);
@@ -142,8 +142,7 @@ static void mlp_backward(Model *model, float *dresid, const MlpWeights *dw, cons
     const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
     device_zero(d->act, (size_t)N * I * sizeof(float));
     row_parallel_linear_backward(d->act, dw->down_proj, dout, s->act, w->down_proj, N, I, C);
-    // forward: act = silu(gate) * up
-    device_zero(d->gate, 2 * (size_t)N * I * sizeof(float)); // dgate then dup
+    // forward: act = silu(gate) * up (dgate and dup written whole)
     swiglu_backward(d->gate, d->up, d->act, s->gate, s->up, (size_t)N * I);
     // forward: gate = ln2 @ gate_proj^T, up = ln2 @ up_proj^T
     ColumnParallelGrad in[2] = {{dw->gate_proj, w->gate_proj, d->gate, I},
@@ -224,7 +223,8 @@ float model_forward(Model *model, int slot, int chunk, float loss_scale) {
     rmsnorm_forward(a->lnf, a->rstdf, model_stage_output(model, slot, chunk), model->w.norm, Ns, C,
                     model->cfg.rms_norm_eps);
     const float *lnf = gather_from_sequence_parallel_region(&model->sp, a->lnf); // (N, C)
-    column_parallel_linear_forward(model->logits, lnf, model->w.lm_head, N, C, V);
+    ColumnParallelOut head = {model->logits, model->w.lm_head, V};
+    column_parallel_linear_forward(&head, 1, lnf, N, C);
     // the loss's gradient is known now, so a slot keeps dlogits (written whole) instead of logits
     a->loss = vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,
                                            model->vocab_start, &model->loss_buffers, tp);

@@ -215,8 +215,6 @@ void moe_experts_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const fl
                         a->act + r0 * I, w->experts[i % El].down_proj, n, I, C);
     }
     // forward: act = silu(gate) * up
-    device_zero(g->dgate, rows * I * f);
-    device_zero(g->dup, rows * I * f);
     swiglu_backward(g->dgate, g->dup, g->dact, a->gate, a->up, rows * I);
     // forward: gate = x_expert @ gate_proj^T, up = x_expert @ up_proj^T. d out_expert is spent,
     // so its buffer takes d x_expert.

@@ -97,17 +97,25 @@ void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, flo
     if (dweight1) add_inplace(dweight1, sp->norm_grads + sp->C, sp->C);
 }
 
-void column_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int C,
-                                    int OC) {
-    matmul_forward(out, inp, weight, N, C, OC);
+// The linears that read one input run together: nothing changes the input between their
+// products, so a bf16 build casts it once for all of them (matmul_keep_casts).
+void column_parallel_linear_forward(const ColumnParallelOut *linears, int count, const float *inp,
+                                    int N, int C) {
+    matmul_keep_casts();
+    for (int i = 0; i < count; i++)
+        matmul_forward(linears[i].out, inp, linears[i].weight, N, C, linears[i].OC);
+    matmul_drop_casts();
 }
 
 // The linears that read one input (q, k and v read ln1) sum their input gradients locally and
 // all-reduce once: all-reducing after each would count the earlier ones tp times.
-// async (nanotron's): the all-reduce travels while the weight gradients are computed.
+// async (nanotron's): the all-reduce travels while the weight gradients are computed. Each dout
+// and the input feed two products here and stay unchanged until the last: a bf16 build casts
+// each once (matmul_keep_casts).
 void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
                                      const float *inp, int N, int C, Group *tp, int async,
                                      const SequenceParallel *sp) {
+    matmul_keep_casts();
     for (int i = 0; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
     size_t n = (size_t)N * C;
@@ -117,6 +125,7 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
+    matmul_drop_casts();
     if (async) comm_wait(&h);
 }
 

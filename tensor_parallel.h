@@ -26,6 +26,14 @@ typedef struct {
 } TensorParallelSizes;
 TensorParallelSizes tensor_parallel_sizes(const Config *cfg, const Group *tp);
 
+// One column-parallel linear among several that read the same input (q, k, v; gate, up): where
+// its output (N, OC) goes and this rank's weight rows (OC, C).
+typedef struct {
+    float *out;
+    const float *weight;
+    int OC;
+} ColumnParallelOut;
+
 // The backward of one column-parallel linear among several that read the same input (q, k, v;
 // gate, up): this rank's weight rows (OC, C), where their gradient accumulates, and the gradient
 // of the linear's output (N, OC). (picotron's ColumnParallelLinear is the module; this is the
@@ -59,9 +67,9 @@ const float *sequence_parallel_own_rows(const SequenceParallel *sp, const float 
 float *sequence_parallel_norm_grad(SequenceParallel *sp, float *dweight, int i);
 void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, float *dweight1);
 
-// out (N, OC) = inp (N, C) @ weight (OC, C)^T
-void column_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int C,
-                                    int OC);
+// out_i (N, OC_i) = inp (N, C) @ weight_i (OC_i, C)^T
+void column_parallel_linear_forward(const ColumnParallelOut *linears, int count, const float *inp,
+                                    int N, int C);
 // dinp (N, C) += all_reduce(sum of dout_i @ weight_i); dweight_i += dout_i^T @ inp. Under
 // sequence parallelism the sum is reduce-scattered instead: only sequence_parallel_own_rows(dinp)
 // is then defined.

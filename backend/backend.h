@@ -4,8 +4,8 @@
 // NCCL). Every pointer named a tensor lives in device memory: callers pass it on, never dereference
 // it. Size letters: N rows (tokens), B batch, T tokens this rank holds, C hidden, OC output
 // features, H query heads, KV key/value heads, D head dim, V vocab rows this rank holds. Every
-// backward ACCUMULATES (+=) into its outputs (but cross_entropy_backward, which writes); callers
-// zero what must start from zero.
+// backward ACCUMULATES (+=) into its outputs (but cross_entropy_backward and swiglu_backward,
+// which write); callers zero what must start from zero.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +54,12 @@ void matmul_backward(float *dinp, float *dweight, const float *dout, const float
 // ZeRO-1's all-gather). A weight outside params is cast per product, as before. A no-op on the
 // CPU, in float32, and with PICOTRON_BF16_WEIGHT_COPY=0 (the tests' way to compare).
 void matmul_weights_changed(const float *params, size_t n);
+// Between matmul_keep_casts() and matmul_drop_casts() the caller leaves the inputs of its products
+// (inp, dout) unchanged, so a bf16 build casts each input once however many products read it
+// (tensor_parallel.c's column-parallel linears: q, k and v read ln1, each dout feeds dinp and
+// dweight). No-ops on the CPU, in float32, and with PICOTRON_BF16_KEEP_CASTS=0 (to compare).
+void matmul_keep_casts(void);
+void matmul_drop_casts(void);
 
 // ---------------------------------------------------------------------------------------------
 // embedding (backend/*/embedding.*): this rank holds rows [vocab_start, vocab_start + V) of the
@@ -102,6 +108,8 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
 // ---------------------------------------------------------------------------------------------
 // SwiGLU (backend/*/swiglu.*): out = silu(gate) * up, all (N)
 void swiglu_forward(float *out, const float *gate, const float *up, size_t N);
+// dgate and dup are WRITTEN, not added to: gate and up feed nothing else, so the backward is
+// their whole gradient, and no pass of zeros goes before it
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t N);
 

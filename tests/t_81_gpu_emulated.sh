@@ -20,8 +20,9 @@
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
 #      (pp2 x V2, its exchanges' one-sided halves), and a mixture-of-experts model (4 experts,
 #      top-2) on tp2 with sequence parallelism, on cp2 and with expert parallelism (ep2 x tp2);
-#      then (4b) bf16 products with their weights' copy, cast once per step, give the bits of
-#      casting each weight at every product (one rank, and dp2 under ZeRO-1); nccl on a shared
+#      then (4b) bf16 products with their weights' copy, cast once per step, and with each input
+#      that several products read cast once, give the bits of casting at every product (one
+#      rank, dp2 under ZeRO-1, tp2 async with sequence parallelism); nccl on a shared
 #      GPU is refused in one line that suggests "mpi"
 # What it cannot show (speed, real concurrency, CUDA's libm) needs tests/gpu/check.sh on a GPU.
 # Runs in a copy of the tree: make GPU=emulate writes ./train, which the CPU tests use.
@@ -127,9 +128,12 @@ fi
     check_layout base_moe_mbs1 ep2_tp2_moe dp=2 ep=2 tp=2 ga=2 mbs=1 $moe
     [ "$harness_failures" -eq 0 ]
 ) | sed 's/^/nccl backend: /' || fail "layouts with the nccl backend"
-# 4b. bf16 products read their weights from the copy cast once per step (matmul.cu): the same
-# bits as casting the weight at every product, on one rank and under ZeRO-1 (its all-gather
-# writes the weights the copy must follow); PICOTRON_BF16_WEIGHT_COPY=0 casts per product
+# 4b. bf16 products read their weights from the copy cast once per step, and an input that
+# several products read unchanged from one cast (matmul.cu): the same bits as casting at every
+# product, on one rank, under ZeRO-1 (its all-gather writes the weights the copy must follow) and
+# under tp2 with the async all-reduce and sequence parallelism (the column-parallel linears cast
+# ln1, ln2 and each dout once); PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 cast per
+# product
 (
     export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=4 PICOTRON_EMU_DEVICES=8
     export HARNESS_DISTRIBUTED_EXTRA='"use_cpu": false, "backend": "nccl"'
@@ -137,12 +141,16 @@ fi
     # shellcheck source=tests/layout_harness.sh
     source tests/layout_harness.sh
     LOSS_TOL=0 WEIGHT_TOL=0
-    PICOTRON_BF16_WEIGHT_COPY=0 run_layout cast ga=2 || exit 1
+    PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 run_layout cast ga=2 || exit 1
     check_layout cast copy ga=2
-    PICOTRON_BF16_WEIGHT_COPY=0 run_layout cast_zero1 dp=2 ga=1 zero1=true || exit 1
+    PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 run_layout cast_zero1 dp=2 ga=1 \
+        zero1=true || exit 1
     check_layout cast_zero1 copy_zero1 dp=2 ga=1 zero1=true
+    PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 run_layout cast_tp2 tp=2 async=true \
+        sp=true || exit 1
+    check_layout cast_tp2 copy_tp2 tp=2 async=true sp=true
     [ "$harness_failures" -eq 0 ]
-) | sed 's/^/bf16 weight copy: /' || fail "bf16 products with the weight copy against casting"
+) | sed 's/^/bf16 casts kept: /' || fail "bf16 products with the weight copy and kept casts against casting"
 cat >"$log/shared.json" <<JSON
 {"distributed": {"tp_size": 2, "use_cpu": false, "backend": "nccl"},
  "model": {"name": "picotron-tiny"}, "training": {"total_train_steps": 1},

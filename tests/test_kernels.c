@@ -224,10 +224,11 @@ static void test_swiglu(void) {
     swiglu_backward(dg, du, R, s.gate, s.up, s.N);
     check("swiglu dgate vs finite differences", fd_err(&o, s.gate, dg, s.N), FD_TOL);
     check("swiglu dup vs finite differences", fd_err(&o, s.up, du, s.N), FD_TOL);
+    // written, not added: a second call into the same buffers gives the same bits
     float *dg1 = copy_of(dg, s.N), *du1 = copy_of(du, s.N);
     swiglu_backward(dg, du, R, s.gate, s.up, s.N);
-    check("swiglu backward twice = 2x", fmax(doubled_err(dg, dg1, s.N), doubled_err(du, du1, s.N)),
-          EXACT_TOL);
+    check("swiglu backward twice = once (written)",
+          fmax(rel_to_max(dg, dg1, s.N), rel_to_max(du, du1, s.N)), EXACT_TOL);
     free(s.gate), free(s.up), free(s.out), free(R), free(dg), free(du), free(dg1), free(du1);
 }
 

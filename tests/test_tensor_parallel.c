@@ -62,33 +62,39 @@ static void check_column_parallel(Group *tp, int async, int seq) {
     float *DY1 = to_device(dy1, sizeof(float) * N * OC1);
     float *DY2 = to_device(dy2, sizeof(float) * N * OC2);
     float *Y1 = device_malloc(sizeof(float) * N * OC1), *DX = device_malloc(sizeof(float) * N * C);
+    float *Y2 = device_malloc(sizeof(float) * N * OC2);
     float *DW1 = device_malloc(sizeof(float) * OC1 * C);
     float *DW2 = device_malloc(sizeof(float) * OC2 * C);
     matmul_forward(Y1, X, W1, N, C, OC1);
+    matmul_forward(Y2, X, W2, N, C, OC2);
     matmul_backward(DX, DW1, DY1, X, W1, N, C, OC1);
     matmul_backward(DX, DW2, DY2, X, W2, N, C, OC2);
-    float *y1 = to_host(Y1, N * OC1), *dx = to_host(DX, N * C);
+    float *y1 = to_host(Y1, N * OC1), *y2 = to_host(Y2, N * OC2), *dx = to_host(DX, N * C);
     float *dw1 = to_host(DW1, OC1 * C), *dw2 = to_host(DW2, OC2 * C);
     // this rank's weight rows = its output columns
     float *dy1_r = columns(dy1, N, OC1, r * o1, o1), *dy2_r = columns(dy2, N, OC2, r * o2, o2);
-    float *y1_r = columns(y1, N, OC1, r * o1, o1);
+    float *y1_r = columns(y1, N, OC1, r * o1, o1), *y2_r = columns(y2, N, OC2, r * o2, o2);
     float *w1_r = to_device(w1 + (size_t)r * o1 * C, sizeof(float) * o1 * C);
     float *w2_r = to_device(w2 + (size_t)r * o2 * C, sizeof(float) * o2 * C);
     float *dout1 = to_device(dy1_r, sizeof(float) * N * o1);
     float *dout2 = to_device(dy2_r, sizeof(float) * N * o2);
-    float *out = device_malloc(sizeof(float) * N * o1);
+    float *out1 = device_malloc(sizeof(float) * N * o1);
+    float *out2 = device_malloc(sizeof(float) * N * o2);
     float *dinp = device_malloc(sizeof(float) * N * C);
     float *dw1_r = device_malloc(sizeof(float) * o1 * C);
     float *dw2_r = device_malloc(sizeof(float) * o2 * C);
     // the input this rank holds: all N rows, or its N/tp under sequence parallelism
     float *held = to_device(x + (size_t)row0 * C, sizeof(float) * rows * C);
     const float *inp = gather_from_sequence_parallel_region(&sp, held);
-    column_parallel_linear_forward(out, inp, w1_r, N, C, o1);
+    ColumnParallelOut outs[2] = {{out1, w1_r, o1}, {out2, w2_r, o2}};
+    column_parallel_linear_forward(outs, 2, inp, N, C);
     ColumnParallelGrad lin[2] = {{dw1_r, w1_r, dout1, o1}, {dw2_r, w2_r, dout2, o2}};
     column_parallel_linear_backward(dinp, lin, 2, inp, N, C, tp, async, &sp);
     char what[80];
-    snprintf(what, sizeof what, "column-parallel forward (async %d, sequence %d)", async, seq);
-    check(what, out, y1_r, N * o1);
+    snprintf(what, sizeof what, "column-parallel forward 1 (async %d, sequence %d)", async, seq);
+    check(what, out1, y1_r, N * o1);
+    snprintf(what, sizeof what, "column-parallel forward 2 (async %d, sequence %d)", async, seq);
+    check(what, out2, y2_r, N * o2);
     snprintf(what, sizeof what, "column-parallel dinp, 2 linears (async %d, seq %d)", async, seq);
     check(what, sequence_parallel_own_rows(&sp, dinp), dx + (size_t)row0 * C, (size_t)rows * C);
     snprintf(what, sizeof what, "column-parallel dweight 1 (async %d, sequence %d)", async, seq);
@@ -96,10 +102,10 @@ static void check_column_parallel(Group *tp, int async, int seq) {
     snprintf(what, sizeof what, "column-parallel dweight 2 (async %d, sequence %d)", async, seq);
     check(what, dw2_r, dw2 + (size_t)r * o2 * C, o2 * C);
     if (sp.full) device_free(sp.full);
-    float *dev[] = {X,    W1,   W2,    DY1,   DY2, Y1,   DX,    DW1,   DW2,
-                    w1_r, w2_r, dout1, dout2, out, dinp, dw1_r, dw2_r, held};
+    float *dev[] = {X,    W1,   W2,    DY1,   DY2,  Y1,   Y2,   DX,    DW1,   DW2,
+                    w1_r, w2_r, dout1, dout2, out1, out2, dinp, dw1_r, dw2_r, held};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) device_free(dev[i]);
-    float *host[] = {x, w1, w2, dy1, dy2, y1, dx, dw1, dw2, dy1_r, dy2_r, y1_r};
+    float *host[] = {x, w1, w2, dy1, dy2, y1, y2, dx, dw1, dw2, dy1_r, dy2_r, y1_r, y2_r};
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
 }
 

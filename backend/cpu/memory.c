@@ -28,6 +28,10 @@ void matmul_weights_changed(const float *params, size_t n) {
     (void)params, (void)n; // the CPU multiplies the fp32 weights themselves: no bf16 copy
 }
 
+// nor bf16 copies of the inputs
+void matmul_keep_casts(void) {}
+void matmul_drop_casts(void) {}
+
 void *device_malloc(size_t bytes) {
     // aligned_alloc wants a multiple of the alignment
     size_t padded = (bytes + ALIGN - 1) / ALIGN * ALIGN;

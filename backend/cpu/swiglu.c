@@ -14,12 +14,12 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t N) {
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t N) {
     // forward: out = g * sigmoid(g) * up
-    // dgate += dout * up * sigmoid(g) * (1 + g * (1 - sigmoid(g))); dup += dout * silu(g)
+    // dgate = dout * up * sigmoid(g) * (1 + g * (1 - sigmoid(g))); dup = dout * silu(g)
 #pragma omp parallel for simd
     for (size_t i = 0; i < N; i++) {
         float g = gate[i];
         float sig = 1.0f / (1.0f + exp_approx(-g));
-        dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-        dup[i] += dout[i] * g * sig;
+        dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+        dup[i] = dout[i] * g * sig;
     }
 }

@@ -14,7 +14,8 @@
 //               accumulates with beta = 1 into the fp32 gradient). The weights come from a bf16
 //               copy of the parameter buffer, cast once per step (matmul_weights_changed: 6
 //               bytes per parameter, where casting at each product cost 12 per parameter and
-//               micro-batch, for the forward and the backward's dinp). Master weights, gradients,
+//               micro-batch, for the forward and the backward's dinp); an input that several
+//               products read unchanged is cast once (matmul_keep_casts). Master weights, gradients,
 //               buckets and AdamW moments stay fp32, and so do the activations model.c saves:
 //               this saves GEMM time, not activation memory (picotron's bf16 model would).
 #include "backend/cuda/common.h"
@@ -70,6 +71,36 @@ static const void *weight_bf16(__nv_bfloat16 *out, const float *weight, size_t n
     return to_bf16(out, weight, n);
 }
 
+// The inputs cast between matmul_keep_casts and matmul_drop_casts, each in its own buffer (kept
+// for the next window, so that a step allocates nothing new): a product that reads one of them
+// again reads its copy. Beyond KEPT_CASTS inputs a window casts as outside one.
+#define KEPT_CASTS 8
+static struct {
+    const float *src;
+    size_t n;
+    DeviceScratch copy;
+} kept[KEPT_CASTS];
+static int keeping, num_kept;
+
+void matmul_keep_casts(void) {
+    const char *off = getenv("PICOTRON_BF16_KEEP_CASTS");
+    keeping = compute_bf16 && !(off && strcmp(off, "0") == 0);
+}
+
+void matmul_drop_casts(void) {
+    keeping = 0, num_kept = 0;
+}
+
+// an input x (n) in bf16: its copy kept in this window, else cast into out (or into a kept copy)
+static const void *input_bf16(__nv_bfloat16 *out, const float *x, size_t n) {
+    for (int i = 0; keeping && i < num_kept; i++)
+        if (kept[i].src == x && kept[i].n == n) return kept[i].copy.ptr;
+    if (!keeping || num_kept == KEPT_CASTS) return to_bf16(out, x, n);
+    kept[num_kept].src = x, kept[num_kept].n = n;
+    void *copy = device_scratch(&kept[num_kept++].copy, n * sizeof(__nv_bfloat16));
+    return to_bf16((__nv_bfloat16 *)copy, x, n);
+}
+
 // c (m, n) = a (op) @ b (op) + beta * c, column-major; a and b of `type`, c fp32
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *a,
                  int lda, const void *b, int ldb, float beta, float *c, int ldc,
@@ -94,7 +125,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
     if (compute_bf16) {
         size_t n_inp = (size_t)N * C, n_w = (size_t)OC * C;
         __nv_bfloat16 *s = bf16_scratch(aligned(n_inp) + n_w);
-        b = to_bf16(s, inp, n_inp);
+        b = input_bf16(s, inp, n_inp);
         a = weight_bf16(s + aligned(n_inp), weight, n_w);
         type = CUDA_R_16BF;
     }
@@ -113,9 +144,9 @@ void matmul_backward(float *dinp, float *dweight, const float *dout, const float
         size_t n_dout = (size_t)N * OC, n_w = dinp ? (size_t)OC * C : 0;
         size_t n_inp = dweight ? (size_t)N * C : 0;
         __nv_bfloat16 *s = bf16_scratch(aligned(n_dout) + aligned(n_w) + n_inp);
-        dy = to_bf16(s, dout, n_dout);
+        dy = input_bf16(s, dout, n_dout);
         if (dinp) w = weight_bf16(s + aligned(n_dout), weight, n_w);
-        if (dweight) x = to_bf16(s + aligned(n_dout) + aligned(n_w), inp, n_inp);
+        if (dweight) x = input_bf16(s + aligned(n_dout) + aligned(n_w), inp, n_inp);
         type = CUDA_R_16BF;
     }
     // column-major: dinp^T (C, N) += W (C, OC) @ dout^T (OC, N)

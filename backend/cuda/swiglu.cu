@@ -14,11 +14,11 @@ __global__ static void swiglu_backward_kernel(float *dgate, float *dup, const fl
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= N) return;
     // forward: out = g * sigmoid(g) * up
-    // dgate += dout * up * sigmoid(g) * (1 + g * (1 - sigmoid(g))); dup += dout * silu(g)
+    // dgate = dout * up * sigmoid(g) * (1 + g * (1 - sigmoid(g))); dup = dout * silu(g)
     float g = gate[i];
     float sig = 1.0f / (1.0f + expf(-g));
-    dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-    dup[i] += dout[i] * g * sig;
+    dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+    dup[i] = dout[i] * g * sig;
 }
 
 void swiglu_forward(float *out, const float *gate, const float *up, size_t N) {
