@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <sched.h>
+#include <string>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,36 @@ static void __attribute__((noreturn, format(printf, 1, 2))) emu_fail(const char 
     fflush(stderr);
     if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// PICOTRON_EMU_CENSUS=FILE: how many times the program launched each kernel and called each
+// cuBLAS GEMM, memset and device-to-device copy, written at exit to FILE (FILE.RANK under
+// mpirun), a "count name" line each: what bench/roofline.c's rows must add up to
+// (tests/t_83_roofline.sh)
+static std::map<std::string, long> census;
+
+static void write_census(void) {
+    const char *path = getenv("PICOTRON_EMU_CENSUS"), *rank = getenv("PMI_RANK");
+    std::string name = std::string(path) + (rank ? std::string(".") + rank : "");
+    FILE *f = fopen(name.c_str(), "w");
+    if (!f) {
+        fprintf(stderr, "CUDA emulator: cannot write the census to %s\n", name.c_str());
+        return;
+    }
+    for (auto &entry : census) fprintf(f, "%ld %s\n", entry.second, entry.first.c_str());
+    if (fclose(f) != 0) fprintf(stderr, "CUDA emulator: writing %s failed\n", name.c_str());
+}
+
+// one more call of `name` (a kernel's template arguments dropped)
+static void count_call(const char *name) {
+    static int on = -1;
+    if (on < 0) {
+        const char *path = getenv("PICOTRON_EMU_CENSUS");
+        on = path && path[0];
+        if (on) atexit(write_census);
+    }
+    if (on) census[std::string(name, strcspn(name, "<"))]++;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,6 +189,7 @@ cudaError_t cudaFreeAsync(void *ptr, cudaStream_t) {
 
 cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
     if (!is_device(ptr, bytes)) return cudaErrorInvalidValue;
+    count_call("cudaMemset");
     memset(ptr, value, bytes);
     return cudaSuccess;
 }
@@ -173,6 +205,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
               (kind == cudaMemcpyDeviceToDevice && dst_dev && src_dev) ||
               (kind == cudaMemcpyHostToHost && !dst_dev && !src_dev);
     if (!ok) return cudaErrorInvalidValue;
+    if (dst_dev && src_dev) count_call("cudaMemcpyDeviceToDevice");
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -738,6 +771,7 @@ int emu_run_grid(const EmuConfig &c, const char *name, const void *kernel, void 
     blockDim = c.block;
     gridDim = c.grid;
     dynamic_shared_reset(c.smem);
+    count_call(name);
     if (skip_compute()) return 1;
     static const char *racecheck = getenv("PICOTRON_EMU_RACECHECK");
     if (racecheck && racecheck[0] && strcmp(racecheck, "0") != 0) {
@@ -877,6 +911,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cudaDataType Btype, int ldb, const void *beta, void *C,
                             cudaDataType Ctype, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t) {
+    count_call("cublasGemmEx");
     return gemm("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype,
                 ldb, beta, C, Ctype, ldc, compute);
 }
@@ -891,6 +926,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long stride_c, int count,
                                           cublasComputeType_t compute, cublasGemmAlgo_t) {
     if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    count_call("cublasGemmStridedBatchedEx");
     size_t a_size = Atype == CUDA_R_16BF ? 2 : 4, b_size = Btype == CUDA_R_16BF ? 2 : 4;
     for (int i = 0; i < count; i++) {
         cublasStatus_t st = gemm("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k,
