@@ -10,7 +10,8 @@
 // steps every accumulator is home, holding the gradient of its own keys and values.
 // Causal masking uses the global positions, so blocks wholly in the future are skipped. With
 // zig-zag, rank r holds chunks r and 2cp-1-r of 2cp, so every rank does the same work.
-// cp = 1 is a ring of one: the same code computes plain causal attention.
+// cp = 1 is a ring of one: the same code computes plain causal attention, and its backward
+// skips the staging (nothing travels, so the gradients go straight to dk and dv).
 #include "context_parallel.h"
 #include <math.h>
 #include "backend/backend.h"
@@ -39,8 +40,8 @@ void ring_attention_init(RingAttention *ra, Group *cp, int B, int S, int H, int 
     int *positions = device_malloc((size_t)cp->size * T * sizeof(int));
     host_to_device(positions, ra->positions_host, (size_t)cp->size * T * sizeof(int));
     ra->positions = positions;
-    size_t block = 4 * (size_t)B * T * KV * D;
-    for (int i = 0; i < 2; i++) ra->ring[i] = device_malloc(block * sizeof(float));
+    size_t block = 4 * (size_t)B * T * KV * D; // k, v, dk, dv in flight (none on a ring of one)
+    for (int i = 0; i < 2 && cp->size > 1; i++) ra->ring[i] = device_malloc(block * sizeof(float));
     ra->delta = device_malloc((size_t)B * H * T * sizeof(float));
 }
 
@@ -98,6 +99,11 @@ void ring_attention_backward(float *dq, float *dkv, const float *dout, const flo
     size_t half = (size_t)B * T * KV * D;
     // delta = rowsum(dout * out) is the same for every block: the softmax is over all keys
     attention_backward_delta(ra->delta, dout, out, B, T, H, D);
+    if (cp == 1) { // a ring of one: the block is this rank's own, its gradients go straight home
+        attention_backward_block(dq, dkv, dkv + half, dout, q, kv, kv + half, lse, ra->delta,
+                                 ra->positions, ra->positions, B, T, T, H, KV, D);
+        return;
+    }
     float *block = ra->ring[0]; // k, v, dk, dv of the block this rank holds
     device_copy(block, kv, 2 * half * sizeof(float));
     device_zero(block + 2 * half, 2 * half * sizeof(float));
@@ -109,13 +115,11 @@ void ring_attention_backward(float *dq, float *dkv, const float *dout, const flo
                                      ra->positions + src * T, B, T, T, H, KV, D);
         // the accumulators travel on after their contribution, so they arrive home complete;
         // the last hop carries only them (k and v are home already)
-        if (cp > 1) {
-            float *incoming = ra->ring[(step + 1) % 2];
-            size_t skip = step == cp - 1 ? 2 * half : 0;
-            send_recv(block + skip, (rank + 1) % cp, incoming + skip, (rank - 1 + cp) % cp,
-                      4 * half - skip, ra->cp);
-            block = incoming;
-        }
+        float *incoming = ra->ring[(step + 1) % 2];
+        size_t skip = step == cp - 1 ? 2 * half : 0;
+        send_recv(block + skip, (rank + 1) % cp, incoming + skip, (rank - 1 + cp) % cp,
+                  4 * half - skip, ra->cp);
+        block = incoming;
     }
     add_inplace(dkv, block + 2 * half, 2 * half);
 }

@@ -8,7 +8,7 @@ typedef struct {
     int zigzag;
     int *positions_host;  // (cp, T): global position of each rank's tokens
     const int *positions; // the same on the device
-    float *ring[2];       // (4, B, T, KV*D): k, v, then dk, dv, travelling the ring
+    float *ring[2];       // (4, B, T, KV*D): k, v, then dk, dv, travelling the ring (cp > 1)
     float *delta;         // (B, H, T)
     long blocks_computed; // attention blocks run (skipped ones are not counted)
 } RingAttention;

@@ -29,8 +29,8 @@
 //  --bf16-dlogits      cross_entropy_backward writes dlogits in bf16, which the head's products
 //                      read: no cast of the largest activation
 //  --write-not-zero    the buffers zeroed for a product or the attention backward to add into
-//                      are written instead (beta = 0), the ring's block staging goes at cp = 1; the
-//                      gradients too, one micro-batch, but the norms' and an untied embedding's
+//                      are written instead (beta = 0); the gradients too, one micro-batch, but
+//                      the norms' and an untied embedding's
 // usage: build/bench/roofline [shape and device flags] [--bf16-activations] [--bf16-dlogits]
 //        [--write-not-zero] [--all] [--csv]   (--help lists the flags)
 #include <math.h>
@@ -204,22 +204,16 @@ static void gemm_attention_rows(Step *st) {
 }
 
 // attention at cp = 1: context_parallel.c's ring of one around attention_forward_block and
-// attention_backward_block, then the blocks' kernels
+// attention_backward_block (no block staged: its gradients go straight to dk and dv), then the
+// blocks' kernels
 static void attention_rows(Step *st) {
     const Setup *s = &st->s;
-    Plan p = st->p;
     double L = s->layers, H = s->heads, D = (double)s->hidden / H, N = st->N, f = 4;
-    double HD = H * D, KVD = s->kv_heads * D, rows = (double)s->mbs * H * s->seq;
+    double HD = H * D, rows = (double)s->mbs * H * s->seq;
     kernel(st, ATTENTION, PROF_OTHER, "fill_kernel: out and lse (ring_attention_forward)", 2 * L, 0,
            L * (N * HD + rows) * f);
     kernel(st, ATTENTION, PROF_ATTENTION, "attention_delta_kernel: rowsum(dout * out)", L,
            L * 2 * N * HD, L * (2 * N * HD + rows) * f);
-    if (!p.write) { // the ring's block: k, v copied in, dk, dv zeroed there and added back
-        copy(st, ATTENTION, "device_copy: k and v into the ring's block", L, L * 2 * N * KVD * f);
-        zero(st, "device_zero: dk and dv of the ring's block", L, L * 2 * N * KVD * f);
-        kernel(st, ATTENTION, PROF_OTHER, "add_inplace_kernel: dk and dv out of the ring's block",
-               L, L * 2 * N * KVD, L * 3 * 2 * N * KVD * f);
-    }
     if (st->flash)
         flash_rows(st);
     else
