@@ -110,8 +110,8 @@ void column_parallel_linear_forward(const ColumnParallelOut *linears, int count,
 // The linears that read one input (q, k and v read ln1) sum their input gradients locally and
 // all-reduce once: all-reducing after each would count the earlier ones tp times.
 // async (nanotron's): the all-reduce travels while the weight gradients are computed. Each dout
-// and the input feed two products here and stay unchanged until the last: a bf16 build casts
-// each once (matmul_keep_casts).
+// feeds two products here (dinp, then dweight) and the input every dweight, and none of them
+// changes until the last: a bf16 build casts each once (matmul_keep_casts).
 void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
                                      const float *inp, int N, int C, Group *tp, int async,
                                      const SequenceParallel *sp) {
