@@ -16,7 +16,7 @@
 #   3. every CUDA kernel again, each launch run a second time with threads and blocks in reverse
 #      order, which must write the same bytes (a missing barrier shows there); then the
 #      mixture-of-experts layer's own test (tests/test_moe.c) on those kernels, the same way
-#   4. layouts against one rank (fp32, tests/layout_harness.sh's tolerances) with the nccl
+#   4. layouts against one rank (fp32, 3 steps, tests/layout_harness.sh's tolerances) with the nccl
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
 #      (pp2 x V2, its exchanges' one-sided halves), and a mixture-of-experts model (4 experts,
 #      top-2) on tp2 with sequence parallelism, on cp2 and with expert parallelism (ep2 x tp2);
@@ -107,7 +107,7 @@ fi
 
 # 4. layouts with nccl; in a subshell: the harness sets its own EXIT trap and counters
 (
-    export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=5 PICOTRON_EMU_DEVICES=8
+    export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=3 PICOTRON_EMU_DEVICES=8
     export HARNESS_DISTRIBUTED_EXTRA='"use_cpu": false, "backend": "nccl"'
     export HARNESS_MODEL_EXTRA='"dtype": "float32"'
     # shellcheck source=tests/layout_harness.sh
@@ -151,7 +151,8 @@ fi
         sp=true || exit 1
     check_layout cast_tp2 copy_tp2 tp=2 async=true sp=true
     [ "$harness_failures" -eq 0 ]
-) | sed 's/^/bf16 casts kept: /' || fail "bf16 products with the weight copy and kept casts against casting"
+) | sed 's/^/bf16 casts kept: /' ||
+    fail "bf16 products with the weight copy and kept casts against casting at every product"
 cat >"$log/shared.json" <<JSON
 {"distributed": {"tp_size": 2, "use_cpu": false, "backend": "nccl"},
  "model": {"name": "picotron-tiny"}, "training": {"total_train_steps": 1},
