@@ -60,6 +60,11 @@ void matmul_weights_changed(const float *params, size_t n);
 // dweight). No-ops on the CPU, in float32, and with PICOTRON_BF16_KEEP_CASTS=0 (to compare).
 void matmul_keep_casts(void);
 void matmul_drop_casts(void);
+// In bf16, rmsnorm_forward, swiglu_forward, swiglu_backward and cross_entropy_backward also write
+// a bf16 copy of their outputs, which a product reading those outputs (or rows of them) reads
+// instead of casting: so a tensor those kernels write is written by nothing else until
+// device_free (model.c's ln1, ln2, lnf, act, d(gate), d(up), dlogits are).
+// PICOTRON_BF16_KEEP_CASTS=0 turns the copies off too.
 
 // ---------------------------------------------------------------------------------------------
 // embedding (backend/*/embedding.*): this rank holds rows [vocab_start, vocab_start + V) of the

@@ -23,11 +23,11 @@
 //  - launch gaps, host work, PCIe copies (tokens in, loss out) and the collectives of groups of
 //    one (they return at once) cost nothing
 // The planned changes, as modelled here:
-//  --bf16-activations  the norms and SwiGLU write bf16 for the products, AdamW writes the bf16
-//                      copy of the weights, so none of those is cast; flash attention reads q,
-//                      k, v and dout in bf16 and writes att in bf16 for o_proj
-//  --bf16-dlogits      cross_entropy_backward writes dlogits in bf16, which the head's products
-//                      read: no cast of the largest activation
+//  --bf16-activations  AdamW writes the bf16 copy of the weights, so they are not cast; flash
+//                      attention reads q, k, v and dout in bf16 and writes att in bf16 for
+//                      o_proj (the norms and SwiGLU write their products' copies already)
+//  --bf16-dlogits      cross_entropy_backward writes dlogits in bf16 only (today fp32 and the
+//                      products' bf16 copy): 4 bytes of the largest activation less to write
 //  --write-not-zero    the buffers zeroed for a product or the attention backward to add into
 //                      are written instead (beta = 0); the gradients too, one micro-batch, but
 //                      the norms' and an untied embedding's
@@ -226,7 +226,7 @@ static void layer_rows(Step *st) {
     Plan p = st->p;
     double L = s->layers, T = s->seq, N = st->N, C = s->hidden, D = C / s->heads;
     double HD = C, KVD = s->kv_heads * D, I = s->intermediate, f = 4;
-    double el = p.a16 ? 6 : 4; // ln1, ln2, lnf and act: fp32, and their bf16 copies under a16
+    double el = s->bf16 ? 6 : 4; // ln1, ln2, lnf, act: fp32, and in bf16 the products' copy
     double norms = 2 * L + 1;  // ln1 and ln2 of every layer, and lnf
     linear(st, LINEAR, "q_proj", L, C, HD, 1);
     linear(st, LINEAR, "k_proj and v_proj", 2 * L, C, KVD, 0);
@@ -247,9 +247,9 @@ static void layer_rows(Step *st) {
            2 * L * N * C, 2 * L * 3 * N * C * f);
     kernel(st, ELEMENTWISE, PROF_OTHER, "swiglu_forward_kernel", L, L * 5 * N * I,
            L * N * I * (2 * f + el));
-    // reads dout, gate and up; writes dgate and dup
+    // reads dout, gate and up; writes dgate and dup, and in bf16 their copies for the products
     kernel(st, ELEMENTWISE, PROF_OTHER, "swiglu_backward_kernel", L, L * 10 * N * I,
-           L * 5 * N * I * f);
+           L * N * I * (3 * f + 2 * el));
     if (p.write) return;
     zero(st, "device_zero: d(act) and d(ln2) (mlp_backward)", 2 * L, L * (N * I + N * C) * f);
     zero(st, "device_zero: d(att) d(q) d(k v) d(ln1) (attention_backward)", 4 * L,
@@ -259,25 +259,19 @@ static void layer_rows(Step *st) {
 
 // matmul.cu casts the products' fp32 operands to bf16 copies in "bfloat16": the weights once a
 // step, the whole parameter buffer into the copy the products read (matmul_weights_changed); an
-// input once per column-parallel call (matmul_keep_casts: ln1 for q, k and v; each dout for dinp
-// and dweight; ln1 again for the three dweights), and the row-parallel products' each call
+// input once per column-parallel call (matmul_keep_casts: each dout for dinp and dweight), and the
+// row-parallel products' each call. ln1, ln2, lnf, act, d(gate) and d(up) are not cast: their
+// kernels write the copy (bf16_copy_to_write, counted in those kernels' bytes above).
 static void cast_rows(Step *st) {
     const Setup *s = &st->s;
     Plan p = st->p;
     double L = s->layers, N = st->N, C = s->hidden, KVD = C / s->heads * s->kv_heads;
-    double I = s->intermediate, V = s->vocab;
-    if (!p.a16) { // --bf16-activations: AdamW writes the copy; the norms and SwiGLU write bf16
+    if (!p.a16) // --bf16-activations: AdamW writes the copy
         cast(st, "to_bf16_kernel: the weights' copy (matmul_weights_changed)", 1, num_params(s, 0));
-        cast(st, "to_bf16_kernel: ln1 ln2 lnf (forward, then for dweight)", 2 * (2 * L + 1),
-             2 * (2 * L + 1) * N * C);
-        cast(st, "to_bf16_kernel: act (down_proj forward and backward)", 2 * L, 2 * L * N * I);
-    }
     if (!(p.a16 && st->flash)) // att stays fp32 unless the flash kernel writes it in bf16
         cast(st, "to_bf16_kernel: att (o_proj forward and backward)", 2 * L, 2 * L * N * C);
     cast(st, "to_bf16_kernel: dout of q_proj, k_proj and v_proj", 3 * L, L * N * (C + 2 * KVD));
-    cast(st, "to_bf16_kernel: dout of gate_proj and up_proj", 2 * L, 2 * L * N * I);
     cast(st, "to_bf16_kernel: dout of o_proj and down_proj (dresid)", 2 * L, 2 * L * N * C);
-    if (!p.dlogits16) cast(st, "to_bf16_kernel: dlogits", 1, N * V);
 }
 
 // the embedding, the head and the loss (model.c, tensor_parallel.c's vocab-parallel loss), the
@@ -293,8 +287,11 @@ static void step_rows(Step *st) {
     copy(st, HEAD, "device_copy: the shard's maxima (vocab_parallel_cross_entropy)", 1, N * f);
     kernel(st, HEAD, PROF_OTHER, "cross_entropy_rescale_kernel", 1, 2 * N, 3 * N * f);
     kernel(st, HEAD, PROF_OTHER, "cross_entropy_loss_kernel", 1, 3 * N, 4 * N * f);
+    // reads the logits; writes dlogits in fp32 and, in bf16, the products' copy (--bf16-dlogits:
+    // the copy alone)
+    double written = p.dlogits16 ? 2 : s->bf16 ? f + 2 : f;
     kernel(st, HEAD, PROF_OTHER, "cross_entropy_backward_kernel: dlogits written whole", 1,
-           5 * N * V, N * V * (f + (p.dlogits16 ? 2 : f)));
+           5 * N * V, N * V * (f + written));
     zero(st, "device_zero: the loss's sum and the norm's two", 2, 3 * f);
     kernel(st, HEAD, PROF_OTHER, "sum_partial_kernel: the loss's sum", 1, N, N * f);
     kernel(st, HEAD, PROF_OTHER, "sum_final_kernel: the loss's sum", 1, 512, 512 * 8);

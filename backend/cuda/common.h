@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h> // before the extern "C" block: it has its own C++ guards
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include <nccl.h>
 
@@ -130,3 +131,8 @@ struct ProfileScope {
 
 // "bfloat16": the matrix products read bf16 copies of their operands (backend/cuda/matmul.cu)
 extern int compute_bf16;
+// A kernel that writes a product's input x (n floats) whole writes its bf16 copy here too (each
+// element rounded as the products' casts round it); NULL when none is wanted (float32, or
+// PICOTRON_BF16_KEEP_CASTS=0). device_free forgets every copy: freed memory may become any tensor.
+__nv_bfloat16 *bf16_copy_to_write(const float *x, size_t n);
+void bf16_copies_forget(void);

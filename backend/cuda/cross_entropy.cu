@@ -69,10 +69,11 @@ __global__ static void cross_entropy_loss_kernel(float *losses, const float *max
 
 // grid (N rows, V tiles): one thread per logit. Rows go on x, which holds 2^31 - 1 blocks: N
 // (micro_batch_size x seq_length) reaches 65536, one past the limit of y and z.
-__global__ static void cross_entropy_backward_kernel(float *dlogits, const float *logits,
-                                                     const float *maxes, const float *sumexp,
-                                                     const int *targets, float dloss, int V,
-                                                     int vocab_start) {
+// dlogits16: dlogits' bf16 copy for the head's products, or NULL
+__global__ static void cross_entropy_backward_kernel(float *dlogits, __nv_bfloat16 *dlogits16,
+                                                     const float *logits, const float *maxes,
+                                                     const float *sumexp, const int *targets,
+                                                     float dloss, int V, int vocab_start) {
     int n = blockIdx.x;
     int j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= V) return;
@@ -83,6 +84,7 @@ __global__ static void cross_entropy_backward_kernel(float *dlogits, const float
     float d = dloss * (expf(logits[idx] - maxes[n]) * inv);
     if (j == targets[n] - vocab_start) d -= dloss;
     dlogits[idx] = d;
+    if (dlogits16) dlogits16[idx] = __float2bfloat16_rn(d);
 }
 
 // logits (N, V); maxes, sumexp, target_logit (N)
@@ -117,7 +119,8 @@ void cross_entropy_backward(float *dlogits, const float *logits, const float *ma
     PROFILE(PROFILE_OTHER);
     if (N == 0 || V == 0) return;
     dim3 grid(N, blocks_for(V, 256));
-    cross_entropy_backward_kernel<<<grid, 256>>>(dlogits, logits, maxes, sumexp, targets, dloss, V,
-                                                 vocab_start);
+    __nv_bfloat16 *dlogits16 = bf16_copy_to_write(dlogits, (size_t)N * V);
+    cross_entropy_backward_kernel<<<grid, 256>>>(dlogits, dlogits16, logits, maxes, sumexp,
+                                                 targets, dloss, V, vocab_start);
     cudaCheckLaunch();
 }

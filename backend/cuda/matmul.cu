@@ -15,11 +15,14 @@
 //               copy of the parameter buffer, cast once per step (matmul_weights_changed: 6
 //               bytes per parameter, where casting at each product cost 12 per parameter and
 //               micro-batch, for the forward and the backward's dinp); an input that several
-//               products read unchanged is cast once (matmul_keep_casts). Master weights, gradients,
-//               buckets and AdamW moments stay fp32, and so do the activations model.c saves:
-//               this saves GEMM time, not activation memory (picotron's bf16 model would).
+//               products read unchanged is cast once (matmul_keep_casts); and the kernels that
+//               write a product's input whole (the norms, SwiGLU and its backward, the loss's
+//               backward) write its bf16 copy beside it, so that no product casts it
+//               (bf16_copy_to_write). Master weights, gradients, buckets and AdamW moments stay
+//               fp32, and so do the activations model.c saves: this saves GEMM time and HBM
+//               passes, not activation memory (the copies add 2 bytes per element of the tensors
+//               they shadow; picotron's bf16 model saves memory).
 #include "backend/cuda/common.h"
-#include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +74,57 @@ static const void *weight_bf16(__nv_bfloat16 *out, const float *weight, size_t n
     return to_bf16(out, weight, n);
 }
 
+// PICOTRON_BF16_KEEP_CASTS=0: every product casts its own inputs, as torch.autocast does; the
+// tests' way to show that the copies below give the same bits
+static int cast_at_every_product(void) {
+    const char *off = getenv("PICOTRON_BF16_KEEP_CASTS");
+    return off && strcmp(off, "0") == 0;
+}
+
+// The bf16 copies written beside their fp32 tensors by the kernels that write those whole: x[i]
+// rounds to copy[i] from the kernel's write until the next (or until any device_free, which may
+// hand the memory to another tensor). Only those kernels write these tensors (model.c's ln1, ln2,
+// lnf, act, d(gate), d(up), dlogits; their MoE and generate.c counterparts), so a product reading
+// x, or rows of it, reads the copy: one bf16 write where a cast read 4 bytes and wrote 2 more. A
+// table of COPIES (a step needs 3 a layer and micro-batch in flight, and a few); a full table
+// starts again.
+#define COPIES 1024
+static struct {
+    const float *src;
+    size_t n;
+    DeviceScratch copy;
+} copies[COPIES];
+static int num_copies;
+
+__nv_bfloat16 *bf16_copy_to_write(const float *x, size_t n) {
+    if (!compute_bf16 || n == 0 || cast_at_every_product()) return NULL;
+    int slot = -1;
+    for (int i = 0; i < num_copies; i++) { // a copy of x's memory from before is stale now
+        if (copies[i].src == NULL || copies[i].src >= x + n || copies[i].src + copies[i].n <= x)
+            continue;
+        if (slot < 0 || copies[i].src == x) slot = i; // x's own slot if it has one: same size
+        copies[i].src = NULL;
+    }
+    for (int i = 0; slot < 0 && i < num_copies; i++)
+        if (copies[i].src == NULL) slot = i;
+    if (slot < 0 && num_copies == COPIES) bf16_copies_forget();
+    if (slot < 0) slot = num_copies++;
+    copies[slot].src = x, copies[slot].n = n;
+    return (__nv_bfloat16 *)device_scratch(&copies[slot].copy, n * sizeof(__nv_bfloat16));
+}
+
+void bf16_copies_forget(void) {
+    num_copies = 0; // their buffers stay, for the next copies
+}
+
+// x (n) in bf16 as a kernel wrote it beside x, or NULL
+static const void *bf16_copy_written(const float *x, size_t n) {
+    for (int i = 0; i < num_copies; i++)
+        if (copies[i].src && x >= copies[i].src && x + n <= copies[i].src + copies[i].n)
+            return (const __nv_bfloat16 *)copies[i].copy.ptr + (x - copies[i].src);
+    return NULL;
+}
+
 // The inputs cast between matmul_keep_casts and matmul_drop_casts, each in its own buffer (kept
 // for the next window, so that a step allocates nothing new): a product that reads one of them
 // again reads its copy. Beyond KEPT_CASTS inputs a window casts as outside one.
@@ -83,16 +137,18 @@ static struct {
 static int keeping, num_kept;
 
 void matmul_keep_casts(void) {
-    const char *off = getenv("PICOTRON_BF16_KEEP_CASTS");
-    keeping = compute_bf16 && !(off && strcmp(off, "0") == 0);
+    keeping = compute_bf16 && !cast_at_every_product();
 }
 
 void matmul_drop_casts(void) {
     keeping = 0, num_kept = 0;
 }
 
-// an input x (n) in bf16: its copy kept in this window, else cast into out (or into a kept copy)
+// an input x (n) in bf16: the copy its kernel wrote, or its copy kept in this window, else cast
+// into out (or into a kept copy)
 static const void *input_bf16(__nv_bfloat16 *out, const float *x, size_t n) {
+    const void *written = bf16_copy_written(x, n);
+    if (written) return written;
     for (int i = 0; keeping && i < num_kept; i++)
         if (kept[i].src == x && kept[i].n == n) return kept[i].copy.ptr;
     if (!keeping || num_kept == KEPT_CASTS) return to_bf16(out, x, n);

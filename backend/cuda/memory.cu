@@ -176,6 +176,7 @@ void *device_scratch(DeviceScratch *s, size_t bytes) {
 
 void device_free(void *ptr) {
     if (!ptr) return;
+    bf16_copies_forget();
     for (int i = 0; i < num_live; i++)
         if (live[i].ptr == ptr) {
             allocated -= live[i].bytes;

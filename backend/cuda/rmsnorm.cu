@@ -2,8 +2,10 @@
 // block per RMS_ROWS rows (below); deterministic, no atomics.
 #include "backend/cuda/common.h"
 
-__global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp,
-                                              const float *weight, int C, float eps) {
+// out16: out's bf16 copy for the products that read it, or NULL
+__global__ static void rmsnorm_forward_kernel(float *out, __nv_bfloat16 *out16, float *rstd,
+                                              const float *inp, const float *weight, int C,
+                                              float eps) {
     int n = blockIdx.x;
     const float *x = inp + (size_t)n * C;
     float *o = out + (size_t)n * C;
@@ -11,7 +13,11 @@ __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const flo
     for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
     ss = block_reduce<false>(ss);
     float r = 1.0f / sqrtf(ss / C + eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = x[c] * r * weight[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float y = x[c] * r * weight[c];
+        o[c] = y;
+        if (out16) out16[(size_t)n * C + c] = __float2bfloat16_rn(y);
+    }
     if (threadIdx.x == 0) rstd[n] = r;
 }
 
@@ -72,7 +78,8 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
                      float eps) {
     PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
-    rmsnorm_forward_kernel<<<N, ROW_THREADS>>>(out, rstd, inp, weight, C, eps);
+    __nv_bfloat16 *out16 = bf16_copy_to_write(out, (size_t)N * C);
+    rmsnorm_forward_kernel<<<N, ROW_THREADS>>>(out, out16, rstd, inp, weight, C, eps);
     cudaCheckLaunch();
 }
 
