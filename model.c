@@ -132,7 +132,8 @@ static void mlp_forward(Model *model, float *out, const MlpActivations *s, const
 }
 
 // dresid holds d(out) on entry and d(mid) on return: the residual stream's gradient passes
-// straight through the residual add, and the branch adds its share to it.
+// straight through the residual add, and the branch adds its share to it. Each linear's backward
+// writes its input's gradient (d act, d ln2): nothing is zeroed to be added into.
 static void mlp_backward(Model *model, float *dresid, const MlpWeights *dw, const MlpActivations *s,
                          const float *mid, const MlpWeights *w) {
     int N = model->B * model->T, C = model->C, I = model->I;
@@ -140,14 +141,12 @@ static void mlp_backward(Model *model, float *dresid, const MlpWeights *dw, cons
     SequenceParallel *sp = &model->sp;
     // forward: out = mid + down_proj(act)
     const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
-    device_zero(d->act, (size_t)N * I * sizeof(float));
     row_parallel_linear_backward(d->act, dw->down_proj, dout, s->act, w->down_proj, N, I, C);
     // forward: act = silu(gate) * up (dgate and dup written whole)
     swiglu_backward(d->gate, d->up, d->act, s->gate, s->up, (size_t)N * I);
     // forward: gate = ln2 @ gate_proj^T, up = ln2 @ up_proj^T
     ColumnParallelGrad in[2] = {{dw->gate_proj, w->gate_proj, d->gate, I},
                                 {dw->up_proj, w->up_proj, d->up, I}};
-    device_zero(d->ln2, (size_t)N * C * sizeof(float));
     const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2);
     column_parallel_linear_backward(d->ln2, in, 2, ln2, N, C, sp->tp, model->cfg.tp_async, sp);
     // forward: ln2 = rmsnorm(mid), on this rank's rows
@@ -167,7 +166,6 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
     SequenceParallel *sp = &model->sp;
     // forward: mid = x + o_proj(att)
     const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
-    device_zero(d->att, (size_t)N * H * D * sizeof(float));
     row_parallel_linear_backward(d->att, dw->o_proj, dout, s->att, w->o_proj, N, H * D, C);
     // forward: att = ring_attention(q, k, v)
     device_zero(d->q, (size_t)N * H * D * sizeof(float));
@@ -180,7 +178,6 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
     ColumnParallelGrad in[3] = {{dw->q_proj, w->q_proj, d->q, H * D},
                                 {dw->k_proj, w->k_proj, d->k, KV * D},
                                 {dw->v_proj, w->v_proj, d->v, KV * D}};
-    device_zero(d->ln1, (size_t)N * C * sizeof(float));
     const float *ln1 = gather_from_sequence_parallel_region(sp, s->ln1);
     column_parallel_linear_backward(d->ln1, in, 3, ln1, N, C, sp->tp, model->cfg.tp_async, sp);
     // forward: ln1 = rmsnorm(x), on this rank's rows
@@ -252,7 +249,6 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         // forward: logits = lnf @ lm_head^T (column-parallel over the vocabulary)
         ColumnParallelGrad head = {dw->lm_head, w->lm_head, a->dlogits, V};
         float *dlnf = model->d.mlp.ln2; // (N, C), free until the last layer's backward
-        device_zero(dlnf, (size_t)N * C * sizeof(float));
         const float *lnf = gather_from_sequence_parallel_region(sp, a->lnf);
         column_parallel_linear_backward(dlnf, &head, 1, lnf, N, C, sp->tp, model->cfg.tp_async, sp);
         // forward: lnf = rmsnorm(resid[L]), on this rank's rows

@@ -206,25 +206,24 @@ void moe_experts_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const fl
     moe_combine_backward(g->dsorted, g->dtopk_w, dy, a->out_sorted, a->topk_w, a->pos, N, C, K);
     // forward: out_sorted came back from the experts' ranks: d out goes to them the same way
     expert_parallel_to_experts(g->dexpert, g->dsorted, &a->exchange, ep);
-    // forward: out_expert = act @ down_proj^T, on each expert's rows
-    device_zero(g->dact, rows * I * f);
+    // forward: out_expert = act @ down_proj^T, on each expert's rows (which write d act whole)
     for (int i = 0; i < S; i++) {
         size_t r0 = seg[i];
         int n = seg[i + 1] - seg[i];
-        matmul_backward(g->dact + r0 * I, dw->experts[i % El].down_proj, g->dexpert + r0 * C,
-                        a->act + r0 * I, w->experts[i % El].down_proj, n, I, C);
+        matmul_backward_write(g->dact + r0 * I, dw->experts[i % El].down_proj,
+                              g->dexpert + r0 * C, a->act + r0 * I, w->experts[i % El].down_proj,
+                              n, I, C);
     }
     // forward: act = silu(gate) * up
     swiglu_backward(g->dgate, g->dup, g->dact, a->gate, a->up, rows * I);
     // forward: gate = x_expert @ gate_proj^T, up = x_expert @ up_proj^T. d out_expert is spent,
-    // so its buffer takes d x_expert.
-    device_zero(g->dexpert, rows * C * f);
+    // so its buffer takes d x_expert: gate's product writes it, up's adds.
     for (int i = 0; i < S; i++) {
         const ExpertWeights *dwe = &dw->experts[i % El], *we = &w->experts[i % El];
         size_t r0 = seg[i];
         int n = seg[i + 1] - seg[i];
-        matmul_backward(g->dexpert + r0 * C, dwe->gate_proj, g->dgate + r0 * I,
-                        a->x_expert + r0 * C, we->gate_proj, n, C, I);
+        matmul_backward_write(g->dexpert + r0 * C, dwe->gate_proj, g->dgate + r0 * I,
+                              a->x_expert + r0 * C, we->gate_proj, n, C, I);
         matmul_backward(g->dexpert + r0 * C, dwe->up_proj, g->dup + r0 * I, a->x_expert + r0 * C,
                         we->up_proj, n, C, I);
     }

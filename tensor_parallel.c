@@ -108,7 +108,8 @@ void column_parallel_linear_forward(const ColumnParallelOut *linears, int count,
 }
 
 // The linears that read one input (q, k and v read ln1) sum their input gradients locally and
-// all-reduce once: all-reducing after each would count the earlier ones tp times.
+// all-reduce once: all-reducing after each would count the earlier ones tp times. The first
+// product writes dinp, so nobody zeroes it first.
 // async (nanotron's): the all-reduce travels while the weight gradients are computed. Each dout
 // feeds two products here (dinp, then dweight) and the input every dweight, and none of them
 // changes until the last: a bf16 build casts each once (matmul_keep_casts).
@@ -116,7 +117,9 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
                                      const float *inp, int N, int C, Group *tp, int async,
                                      const SequenceParallel *sp) {
     matmul_keep_casts();
-    for (int i = 0; i < count; i++)
+    matmul_backward_write(dinp, NULL, linears[0].dout, inp, linears[0].weight, N, C,
+                          linears[0].OC);
+    for (int i = 1; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
     size_t n = (size_t)N * C;
     Handle h = sp->full ? reduce_scatter_start(dinp, n, REDUCE_SUM, tp)
@@ -140,7 +143,7 @@ void row_parallel_linear_forward(float *out, const float *inp, const float *weig
 
 void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, int N, int I, int C) {
-    matmul_backward(dinp, dweight, dout, inp, weight, N, I, C);
+    matmul_backward_write(dinp, dweight, dout, inp, weight, N, I, C);
 }
 
 void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,

@@ -70,9 +70,9 @@ void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, flo
 // out_i (N, OC_i) = inp (N, C) @ weight_i (OC_i, C)^T
 void column_parallel_linear_forward(const ColumnParallelOut *linears, int count, const float *inp,
                                     int N, int C);
-// dinp (N, C) += all_reduce(sum of dout_i @ weight_i); dweight_i += dout_i^T @ inp. Under
-// sequence parallelism the sum is reduce-scattered instead: only sequence_parallel_own_rows(dinp)
-// is then defined.
+// dinp (N, C) = all_reduce(sum of dout_i @ weight_i), written; dweight_i += dout_i^T @ inp.
+// Under sequence parallelism the sum is reduce-scattered instead: only
+// sequence_parallel_own_rows(dinp) is then defined. count >= 1.
 void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
                                      const float *inp, int N, int C, Group *tp, int async,
                                      const SequenceParallel *sp);
@@ -80,7 +80,7 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
 // sums go to sp->full and out (N/tp, C) receives this rank's rows of their sum
 void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,
                                  int C, Group *tp, SequenceParallel *sp);
-// dinp (N, I) += dout (N, C) @ weight (C, I); dweight (C, I) += dout^T @ inp
+// dinp (N, I) = dout (N, C) @ weight (C, I), written; dweight (C, I) += dout^T @ inp
 void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, int N, int I, int C);
 // out (N, C) = all_reduce(rows of wte (V, C) for the tokens (N) in this rank's vocabulary range);

@@ -4,8 +4,8 @@
 // NCCL). Every pointer named a tensor lives in device memory: callers pass it on, never dereference
 // it. Size letters: N rows (tokens), B batch, T tokens this rank holds, C hidden, OC output
 // features, H query heads, KV key/value heads, D head dim, V vocab rows this rank holds. Every
-// backward ACCUMULATES (+=) into its outputs (but cross_entropy_backward and swiglu_backward,
-// which write); callers zero what must start from zero.
+// backward ACCUMULATES (+=) into its outputs (but cross_entropy_backward, swiglu_backward and
+// matmul_backward_write's dinp, which write); callers zero what must start from zero.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -48,6 +48,10 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
 // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp. Either output may be NULL.
 void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC);
+// the same, but dinp = dout @ weight is written (a GEMM with beta = 0), not added: the first
+// product into an input gradient needs no zeroed buffer (dweight still adds up)
+void matmul_backward_write(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, int N, int C, int OC);
 // The GPU build's bf16 products (model.dtype "bfloat16") read each weight from a bf16 copy of the
 // parameter buffer params (n floats), made here, instead of casting it at every product: train.c
 // refreshes it before each step, after whatever wrote the weights (init, a checkpoint, AdamW,

@@ -28,9 +28,10 @@
 //                      o_proj (the norms and SwiGLU write their products' copies already)
 //  --bf16-dlogits      cross_entropy_backward writes dlogits in bf16 only (today fp32 and the
 //                      products' bf16 copy): 4 bytes of the largest activation less to write
-//  --write-not-zero    the buffers zeroed for a product or the attention backward to add into
-//                      are written instead (beta = 0); the gradients too, one micro-batch, but
-//                      the norms' and an untied embedding's
+//  --write-not-zero    the attention backward writes dq, dk and dv instead of adding them to
+//                      zeroed buffers (the linears write their input gradients already); the
+//                      dweight products write the gradients (beta = 0, one micro-batch), but
+//                      the norms' and an untied embedding's, which stay zeroed
 // usage: build/bench/roofline [shape and device flags] [--bf16-activations] [--bf16-dlogits]
 //        [--write-not-zero] [--all] [--csv]   (--help lists the flags)
 #include <math.h>
@@ -117,17 +118,17 @@ static void gemm(Step *st, int group, int prof, const char *name, double calls, 
     add(st, group, prof, "cublasGemmEx", name, calls, calls * 2 * M * N * K, calls * bytes, peak);
 }
 
-// One linear's three products (matmul.cu): out (N, OC) = inp (N, C) @ W^T, dinp (N, C) += dout @ W,
-// dW (OC, C) += dout^T @ inp. first: the first product into its dinp buffer, which
-// --write-not-zero writes with beta = 0 instead of adding to zeros.
+// One linear's three products (matmul.cu): out (N, OC) = inp (N, C) @ W^T, dinp (N, C) = or +=
+// dout @ W, dW (OC, C) += dout^T @ inp. first: the first product into its dinp buffer, which
+// writes it (beta = 0, matmul_backward_write); the others add to it.
 static void linear(Step *st, int group, const char *name, double calls, double C, double OC,
                    int first) {
     double peak = st->s.bf16 ? st->s.peak : st->s.fp32_peak, N = st->N;
     char row[88];
     snprintf(row, sizeof row, "%s forward (matmul_forward)", name);
     gemm(st, group, PROF_GEMM, row, calls, N, OC, C, 4, 0, peak);
-    snprintf(row, sizeof row, "%s dinp (matmul_backward)", name);
-    gemm(st, group, PROF_GEMM, row, calls, N, C, OC, 4, !(st->p.write && first), peak);
+    snprintf(row, sizeof row, "%s dinp (matmul_backward%s)", name, first ? "_write" : "");
+    gemm(st, group, PROF_GEMM, row, calls, N, C, OC, 4, !first, peak);
     snprintf(row, sizeof row, "%s dweight (matmul_backward)", name);
     gemm(st, group, PROF_GEMM, row, calls, OC, C, N, 4, !st->p.write, peak);
 }
@@ -231,7 +232,8 @@ static void layer_rows(Step *st) {
     linear(st, LINEAR, "q_proj", L, C, HD, 1);
     linear(st, LINEAR, "k_proj and v_proj", 2 * L, C, KVD, 0);
     linear(st, LINEAR, "o_proj", L, HD, C, 1);
-    linear(st, LINEAR, "gate_proj and up_proj", 2 * L, C, I, 0);
+    linear(st, LINEAR, "gate_proj", L, C, I, 1);
+    linear(st, LINEAR, "up_proj", L, C, I, 0);
     linear(st, LINEAR, "down_proj", L, I, C, 1);
     kernel(st, ELEMENTWISE, PROF_OTHER, "rmsnorm_forward_kernel: ln1 ln2 lnf", norms,
            norms * 4 * N * C, norms * (N * C * (f + el) + N * f));
@@ -250,11 +252,12 @@ static void layer_rows(Step *st) {
     // reads dout, gate and up; writes dgate and dup, and in bf16 their copies for the products
     kernel(st, ELEMENTWISE, PROF_OTHER, "swiglu_backward_kernel", L, L * 10 * N * I,
            L * N * I * (3 * f + 2 * el));
+    // the linears write their input gradients (matmul_backward_write): only what the attention
+    // backward and the final norm's backward add into is zeroed
     if (p.write) return;
-    zero(st, "device_zero: d(act) and d(ln2) (mlp_backward)", 2 * L, L * (N * I + N * C) * f);
-    zero(st, "device_zero: d(att) d(q) d(k v) d(ln1) (attention_backward)", 4 * L,
-         L * (2 * N * HD + 2 * N * KVD + N * C) * f);
-    zero(st, "device_zero: dlnf and dresid (model_backward)", 2, 2 * N * C * f);
+    zero(st, "device_zero: d(q) and d(k v) (attention_backward)", 2 * L,
+         L * (N * HD + 2 * N * KVD) * f);
+    zero(st, "device_zero: dresid (model_backward)", 1, N * C * f);
 }
 
 // matmul.cu casts the products' fp32 operands to bf16 copies in "bfloat16": the weights once a

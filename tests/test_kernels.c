@@ -113,8 +113,15 @@ static void test_matmul(void) {
     check("matmul backward twice = 2x (dweight)", doubled_err(dw, dw1, nw), EXACT_TOL);
     matmul_backward(NULL, only, R, m.inp, m.w, m.N, m.C, m.OC);
     check("matmul backward with dinp = NULL gives dweight", rel_to_max(only, dw1, nw), EXACT_TOL);
+    // matmul_backward_write writes dinp (a NaN there must not show) and still adds to dweight
+    float *written = copy_of(dinp, ni), *thrice = copy_of(dw1, nw);
+    for (size_t i = 0; i < ni; i++) written[i] = NAN;
+    for (size_t i = 0; i < nw; i++) thrice[i] *= 3.0f;
+    matmul_backward_write(written, dw, R, m.inp, m.w, m.N, m.C, m.OC);
+    check("matmul backward_write dinp = one product", rel_to_max(written, dinp1, ni), EXACT_TOL);
+    check("matmul backward_write adds to dweight (3x)", rel_to_max(dw, thrice, nw), EXACT_TOL);
     free(m.inp), free(m.w), free(m.out), free(R), free(dinp), free(dw), free(dinp1), free(dw1);
-    free(only);
+    free(only), free(written), free(thrice);
 }
 
 typedef struct {

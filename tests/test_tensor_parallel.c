@@ -89,6 +89,7 @@ static void check_column_parallel(Group *tp, int async, int seq) {
     ColumnParallelOut outs[2] = {{out1, w1_r, o1}, {out2, w2_r, o2}};
     column_parallel_linear_forward(outs, 2, inp, N, C);
     ColumnParallelGrad lin[2] = {{dw1_r, w1_r, dout1, o1}, {dw2_r, w2_r, dout2, o2}};
+    fill(dinp, NAN, (size_t)N * C); // written, not added to: what it held must not show
     column_parallel_linear_backward(dinp, lin, 2, inp, N, C, tp, async, &sp);
     char what[80];
     snprintf(what, sizeof what, "column-parallel forward 1 (async %d, sequence %d)", async, seq);
@@ -133,6 +134,7 @@ static void check_row_parallel(Group *tp, int seq) {
     // the backward's dout: all rows, which sequence parallelism gathers from the held ones
     float *dy_held = to_device(dy + (size_t)row0 * C, sizeof(float) * rows * C);
     const float *dout = gather_from_sequence_parallel_region(&sp, dy_held);
+    fill(dinp, NAN, (size_t)N * i_r); // written, not added to
     row_parallel_linear_backward(dinp, dweight, dout, inp, weight, N, i_r, C);
     check(seq ? "row-parallel forward (reduce-scattered: this rank's rows)"
               : "row-parallel forward (all-reduced)",

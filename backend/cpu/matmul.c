@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 // BLIS picks its AVX-512 kernels only when it can count the CPU's FMA units, which virtual
 // machines hide; it then falls back to its AVX2 ones at half the speed (measured here: 62 vs
@@ -51,12 +52,27 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
     gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
 }
 
-// beta = 1 makes both products accumulate, as every backward does
-void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                     const float *weight, int N, int C, int OC) {
-    if (N == 0 || C == 0 || OC == 0) return;
+// dinp_beta 1 adds into dinp (matmul_backward), 0 writes it (matmul_backward_write); dweight
+// always adds (beta = 1)
+static void backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC, float dinp_beta) {
+    if (N == 0 || C == 0) return;
+    if (OC == 0) { // an empty sum: dinp is 0 (written) or unchanged
+        if (dinp && dinp_beta == 0.0f) memset(dinp, 0, (size_t)N * C * sizeof(float));
+        return;
+    }
     // forward: out = inp @ weight^T  =>  dinp (N, C) += dout (N, OC) @ weight (OC, C)
-    if (dinp) gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dinp) gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, dinp_beta, dinp, C);
     // forward: out = inp @ weight^T  =>  dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
     if (dweight) gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+}
+
+void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC) {
+    backward(dinp, dweight, dout, inp, weight, N, C, OC, 1.0f);
+}
+
+void matmul_backward_write(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, int N, int C, int OC) {
+    backward(dinp, dweight, dout, inp, weight, N, C, OC, 0.0f);
 }

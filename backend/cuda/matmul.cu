@@ -189,11 +189,16 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, a, C, b, C, 0.0f, out, OC, type);
 }
 
-// dinp (N, C) += dout (N, OC) @ weight (OC, C); dweight (OC, C) += dout^T @ inp
-void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                     const float *weight, int N, int C, int OC) {
+// dinp (N, C) = dinp_beta * dinp + dout (N, OC) @ weight (OC, C); dweight (OC, C) += dout^T @ inp.
+// dinp_beta 1: matmul_backward; 0: matmul_backward_write
+static void backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC, float dinp_beta) {
     PROFILE(PROFILE_GEMM);
-    if (N == 0 || C == 0 || OC == 0) return;
+    if (N == 0 || C == 0) return;
+    if (OC == 0) { // an empty sum: dinp is 0 (written) or unchanged
+        if (dinp && dinp_beta == 0.0f) device_zero(dinp, (size_t)N * C * sizeof(float));
+        return;
+    }
     const void *w = weight, *x = inp, *dy = dout;
     cudaDataType type = CUDA_R_32F;
     if (compute_bf16) {
@@ -206,7 +211,17 @@ void matmul_backward(float *dinp, float *dweight, const float *dout, const float
         type = CUDA_R_16BF;
     }
     // column-major: dinp^T (C, N) += W (C, OC) @ dout^T (OC, N)
-    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dy, OC, 1.0f, dinp, C, type);
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dy, OC, dinp_beta, dinp, C, type);
     // column-major: dW^T (C, OC) += inp^T (C, N) @ (dout^T)^T (N, OC)
     if (dweight) gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, C, dy, OC, 1.0f, dweight, C, type);
+}
+
+void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC) {
+    backward(dinp, dweight, dout, inp, weight, N, C, OC, 1.0f);
+}
+
+void matmul_backward_write(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, int N, int C, int OC) {
+    backward(dinp, dweight, dout, inp, weight, N, C, OC, 0.0f);
 }

@@ -24,8 +24,8 @@ if [ "${1:-}" = --emulate ]; then
     # shellcheck disable=SC2086,SC2046
     mpicc $CFLAGS -DEMULATE_BF16 -o build/tests/gpu/test_model_bf16_emulated \
         tests/gpu/test_model_bf16.c $(core_objs build) build/backend/cpu/*.o \
-        -Wl,--wrap=matmul_forward,--wrap=matmul_backward $(pkg-config --libs libcjson) -lm \
-        -fopenmp -lblis
+        -Wl,--wrap=matmul_forward,--wrap=matmul_backward,--wrap=matmul_backward_write \
+        $(pkg-config --libs libcjson) -lm -fopenmp -lblis
     echo "built build/tests/gpu/test_model_bf16_emulated"
     exit 0
 fi

@@ -13,6 +13,7 @@
     X(sum_reduce)                                                                                  \
     X(matmul_forward)                                                                              \
     X(matmul_backward)                                                                             \
+    X(matmul_backward_write)                                                                       \
     X(embedding_forward)                                                                           \
     X(embedding_backward)                                                                          \
     X(rmsnorm_forward)                                                                             \

@@ -132,6 +132,12 @@ static void test_matmul(void) {
     cpu_matmul_backward(NULL, dw, dout, inp, w, N, C, OC);
     matmul_backward(NULL, d_dw, d_dout, d_inp, d_w, N, C, OC);
     check("matmul_backward dinp = NULL", d_dw, dw, (size_t)OC * C, TOL_SUM);
+    // the write variant: a NaN in dinp must not show (cuBLAS's beta = 0 reads nothing there)
+    fill(d_dinp, NAN, (size_t)N * C);
+    cpu_matmul_backward_write(dinp, dw, dout, inp, w, N, C, OC);
+    matmul_backward_write(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    check("matmul_backward_write dinp (=)", d_dinp, dinp, (size_t)N * C, TOL_SUM);
+    check("matmul_backward_write dweight (+=)", d_dw, dw, (size_t)OC * C, TOL_SUM);
     free(inp), free(w), free(out), free(dout), free(dinp), free(dw);
     device_free(d_inp), device_free(d_w), device_free(d_out), device_free(d_dout);
     device_free(d_dinp), device_free(d_dw);

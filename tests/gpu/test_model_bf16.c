@@ -40,6 +40,8 @@
 void __real_matmul_forward(float *out, const float *inp, const float *weight, int N, int C, int OC);
 void __real_matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                             const float *weight, int N, int C, int OC);
+void __real_matmul_backward_write(float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, int N, int C, int OC);
 
 void __wrap_matmul_forward(float *out, const float *inp, const float *weight, int N, int C,
                            int OC) {
@@ -48,12 +50,24 @@ void __wrap_matmul_forward(float *out, const float *inp, const float *weight, in
     free(x), free(w);
 }
 
-void __wrap_matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                            const float *weight, int N, int C, int OC) {
+// either backward (adding into dinp or writing it) on rounded operands
+static void rounded_backward(__typeof__(__real_matmul_backward) *backward, float *dinp,
+                             float *dweight, const float *dout, const float *inp,
+                             const float *weight, int N, int C, int OC) {
     float *dy = bf16_rounded(dout, (size_t)N * OC), *x = bf16_rounded(inp, (size_t)N * C);
     float *w = bf16_rounded(weight, (size_t)OC * C);
-    __real_matmul_backward(dinp, dweight, dy, x, w, N, C, OC);
+    backward(dinp, dweight, dy, x, w, N, C, OC);
     free(dy), free(x), free(w);
+}
+
+void __wrap_matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                            const float *weight, int N, int C, int OC) {
+    rounded_backward(__real_matmul_backward, dinp, dweight, dout, inp, weight, N, C, OC);
+}
+
+void __wrap_matmul_backward_write(float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, int N, int C, int OC) {
+    rounded_backward(__real_matmul_backward_write, dinp, dweight, dout, inp, weight, N, C, OC);
 }
 #endif
 

@@ -894,9 +894,12 @@ static cublasStatus_t gemm(const char *call, cublasHandle_t handle, cublasOperat
         emu_fail("%s: C (%d x %d, ld %d) is not inside one cudaMalloc allocation", call, m, n, ldc);
     float al = *(const float *)alpha, be = *(const float *)beta;
     if (skip_compute()) return CUBLAS_STATUS_SUCCESS;
-    if (k == 0) {
+    if (k == 0) { // beta = 0 writes C without reading it, as cuBLAS (a NaN there stays out)
         for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) ((float *)C)[(size_t)j * ldc + i] *= be;
+            for (int i = 0; i < m; i++) {
+                float *c = (float *)C + (size_t)j * ldc + i;
+                *c = be == 0.0f ? 0.0f : *c * be;
+            }
         return CUBLAS_STATUS_SUCCESS;
     }
     cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
