@@ -210,9 +210,8 @@ void moe_experts_backward(float *dx, const MoeWeights *dw, MoeGrads *g, const fl
     for (int i = 0; i < S; i++) {
         size_t r0 = seg[i];
         int n = seg[i + 1] - seg[i];
-        matmul_backward_write(g->dact + r0 * I, dw->experts[i % El].down_proj,
-                              g->dexpert + r0 * C, a->act + r0 * I, w->experts[i % El].down_proj,
-                              n, I, C);
+        matmul_backward_write(g->dact + r0 * I, dw->experts[i % El].down_proj, g->dexpert + r0 * C,
+                              a->act + r0 * I, w->experts[i % El].down_proj, n, I, C);
     }
     // forward: act = silu(gate) * up
     swiglu_backward(g->dgate, g->dup, g->dact, a->gate, a->up, rows * I);

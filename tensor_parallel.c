@@ -117,8 +117,7 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
                                      const float *inp, int N, int C, Group *tp, int async,
                                      const SequenceParallel *sp) {
     matmul_keep_casts();
-    matmul_backward_write(dinp, NULL, linears[0].dout, inp, linears[0].weight, N, C,
-                          linears[0].OC);
+    matmul_backward_write(dinp, NULL, linears[0].dout, inp, linears[0].weight, N, C, linears[0].OC);
     for (int i = 1; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
     size_t n = (size_t)N * C;

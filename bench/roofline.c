@@ -228,7 +228,7 @@ static void layer_rows(Step *st) {
     double L = s->layers, T = s->seq, N = st->N, C = s->hidden, D = C / s->heads;
     double HD = C, KVD = s->kv_heads * D, I = s->intermediate, f = 4;
     double el = s->bf16 ? 6 : 4; // ln1, ln2, lnf, act: fp32, and in bf16 the products' copy
-    double norms = 2 * L + 1;  // ln1 and ln2 of every layer, and lnf
+    double norms = 2 * L + 1;    // ln1 and ln2 of every layer, and lnf
     linear(st, LINEAR, "q_proj", L, C, HD, 1);
     linear(st, LINEAR, "k_proj and v_proj", 2 * L, C, KVD, 0);
     linear(st, LINEAR, "o_proj", L, HD, C, 1);

@@ -40,8 +40,8 @@
 void __real_matmul_forward(float *out, const float *inp, const float *weight, int N, int C, int OC);
 void __real_matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                             const float *weight, int N, int C, int OC);
-void __real_matmul_backward_write(float *dinp, float *dweight, const float *dout,
-                                  const float *inp, const float *weight, int N, int C, int OC);
+void __real_matmul_backward_write(float *dinp, float *dweight, const float *dout, const float *inp,
+                                  const float *weight, int N, int C, int OC);
 
 void __wrap_matmul_forward(float *out, const float *inp, const float *weight, int N, int C,
                            int OC) {
@@ -65,8 +65,8 @@ void __wrap_matmul_backward(float *dinp, float *dweight, const float *dout, cons
     rounded_backward(__real_matmul_backward, dinp, dweight, dout, inp, weight, N, C, OC);
 }
 
-void __wrap_matmul_backward_write(float *dinp, float *dweight, const float *dout,
-                                  const float *inp, const float *weight, int N, int C, int OC) {
+void __wrap_matmul_backward_write(float *dinp, float *dweight, const float *dout, const float *inp,
+                                  const float *weight, int N, int C, int OC) {
     rounded_backward(__real_matmul_backward_write, dinp, dweight, dout, inp, weight, N, C, OC);
 }
 #endif
