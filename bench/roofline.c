@@ -252,12 +252,13 @@ static void layer_rows(Step *st) {
     // reads dout, gate and up; writes dgate and dup, and in bf16 their copies for the products
     kernel(st, ELEMENTWISE, PROF_OTHER, "swiglu_backward_kernel", L, L * 10 * N * I,
            L * N * I * (3 * f + 2 * el));
-    // the linears write their input gradients (matmul_backward_write): only what the attention
-    // backward and the final norm's backward add into is zeroed
-    if (p.write) return;
-    zero(st, "device_zero: d(q) and d(k v) (attention_backward)", 2 * L,
-         L * (N * HD + 2 * N * KVD) * f);
+    // the linears write their input gradients (matmul_backward_write): only what the final
+    // norm's backward and the attention backward add into is zeroed (--write-not-zero: the
+    // attention backward writes its gradients)
     zero(st, "device_zero: dresid (model_backward)", 1, N * C * f);
+    if (!p.write)
+        zero(st, "device_zero: d(q) and d(k v) (attention_backward)", 2 * L,
+             L * (N * HD + 2 * N * KVD) * f);
 }
 
 // matmul.cu casts the products' fp32 operands to bf16 copies in "bfloat16": the weights once a

@@ -75,10 +75,15 @@ static const void *weight_bf16(__nv_bfloat16 *out, const float *weight, size_t n
 }
 
 // PICOTRON_BF16_KEEP_CASTS=0: every product casts its own inputs, as torch.autocast does; the
-// tests' way to show that the copies below give the same bits
+// tests' way to show that the copies below give the same bits. Read once: the kernels that write
+// the copies and every column-parallel call ask.
 static int cast_at_every_product(void) {
-    const char *off = getenv("PICOTRON_BF16_KEEP_CASTS");
-    return off && strcmp(off, "0") == 0;
+    static int off = -1;
+    if (off < 0) {
+        const char *value = getenv("PICOTRON_BF16_KEEP_CASTS");
+        off = value && strcmp(value, "0") == 0;
+    }
+    return off;
 }
 
 // The bf16 copies written beside their fp32 tensors by the kernels that write those whole: x[i]
