@@ -414,7 +414,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     }
     free(blocks);
     // tests/t_59 dies here, the files written but not committed, as a node failure would
-    const char *kill_rank = getenv("PICOTRON_TEST_KILL_RANK_IN_SAVE");
+    const char *kill_rank = test_switch("KILL_RANK_IN_SAVE");
     if (kill_rank && atoi(kill_rank) == pgm->global_rank) raise(SIGKILL);
     // once the sums are in, every rank's blocks are on disk
     all_reduce_host(sums, NUM_PARTS * n, MPI_UINT64_T, MPI_SUM, &pgm->world);

@@ -97,26 +97,20 @@ void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, flo
     if (dweight1) add_inplace(dweight1, sp->norm_grads + sp->C, sp->C);
 }
 
-// The linears that read one input run together: nothing changes the input between their
-// products, so a bf16 build casts it once for all of them (matmul_keep_casts).
+// The linears that read one input (q, k and v read ln1; gate and up read ln2) run together.
 void column_parallel_linear_forward(const ColumnParallelOut *linears, int count, const float *inp,
                                     int N, int C) {
-    matmul_keep_casts();
     for (int i = 0; i < count; i++)
         matmul_forward(linears[i].out, inp, linears[i].weight, N, C, linears[i].OC);
-    matmul_drop_casts();
 }
 
 // The linears that read one input (q, k and v read ln1) sum their input gradients locally and
 // all-reduce once: all-reducing after each would count the earlier ones tp times. The first
 // product writes dinp, so nobody zeroes it first.
-// async (nanotron's): the all-reduce travels while the weight gradients are computed. Each dout
-// feeds two products here (dinp, then dweight) and the input every dweight, and none of them
-// changes until the last: a bf16 build casts each once (matmul_keep_casts).
+// async (nanotron's): the all-reduce travels while the weight gradients are computed.
 void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
                                      const float *inp, int N, int C, Group *tp, int async,
                                      const SequenceParallel *sp) {
-    matmul_keep_casts();
     matmul_backward_write(dinp, NULL, linears[0].dout, inp, linears[0].weight, N, C, linears[0].OC);
     for (int i = 1; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
@@ -127,7 +121,6 @@ void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *line
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
-    matmul_drop_casts();
     if (async) comm_wait(&h);
 }
 

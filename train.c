@@ -207,7 +207,6 @@ int main(int argc, char **argv) {
         double start = now_seconds();
         trace_step_begin(step);
         device_zero(model.grads, model.num_params * sizeof(float));
-        matmul_weights_changed(model.params, model.num_params); // bf16 products' weights
         float loss = cfg.pp_size > 1 ? pipeline_train_step(&pipe, step - 1)
                                      : train_step(&model, &dp, &loader, step - 1);
         data_parallel_wait(&dp);

@@ -201,3 +201,9 @@ double flops_per_token(const Config *c) {
                     (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2);
     return 6 * params + 12.0 * c->num_hidden_layers * HD * c->seq_length;
 }
+
+const char *test_switch(const char *name) {
+    char var[96];
+    snprintf(var, sizeof var, "PICOTRON_TEST_%s", name);
+    return getenv(var);
+}

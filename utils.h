@@ -48,3 +48,12 @@ int edit_distance(const char *a, const char *b);
 char *read_whole_file(const char *path, size_t *size);
 // mkdir -p: 0, or -1 with errno set
 int make_dirs(const char *path);
+
+// Test-only switches, every one of them here: PICOTRON_TEST_<name> in the environment, which a
+// real run never sets. They make a fault happen on purpose or turn an optimisation off, so that a
+// test can compare:
+//   KILL_RANK_IN_SAVE=r      checkpoint.c: rank r dies half-way through writing its part (t_59)
+//   CAST_AT_EVERY_PRODUCT=1  backend/cuda: bf16 products cast every input, keeping no copy (t_81)
+//   NCCL_GROUP_OF_ONE=1      backend/cuda/comm_nccl.cu: one-rank groups use NCCL too (check.sh)
+// Returns the value, or NULL when it is not set.
+const char *test_switch(const char *name);
