@@ -7,7 +7,6 @@
 // place in its group is its coordinate on that axis.
 #include "process_group_manager.h"
 #include <string.h>
-#include "trace.h"
 #include "utils.h"
 
 static void split(Group *g, GroupKind kind, int color, int key) {
@@ -99,27 +98,4 @@ void process_group_manager_free(ProcessGroupManager *pgm) {
     group_free(&pgm->cp);
     group_free(&pgm->tp);
     group_free(&pgm->world);
-}
-
-void all_reduce_host(void *buf, int count, MPI_Datatype type, MPI_Op op, Group *g) {
-    if (g->size == 1) return; // a group of one reduces nothing
-    Handle h = {.count = 1};
-    int size;
-    mpiCheck(MPI_Type_size(type, &size));
-    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, g->comm, &h.req[0]));
-    trace_comm_started(&h, g, OP_ALL_REDUCE, (size_t)count * size);
-    comm_wait(&h);
-}
-
-void all_to_all_host_counts(size_t *recv_counts, const size_t *send_counts, int n, Group *g) {
-    _Static_assert(sizeof(size_t) == sizeof(uint64_t), "counts travel as MPI_UINT64_T");
-    if (g->size == 1) { // what this rank sends itself
-        memcpy(recv_counts, send_counts, (size_t)n * sizeof(size_t));
-        return;
-    }
-    Handle h = {.count = 1};
-    mpiCheck(MPI_Ialltoall(send_counts, n, MPI_UINT64_T, recv_counts, n, MPI_UINT64_T, g->comm,
-                           &h.req[0]));
-    trace_comm_started(&h, g, OP_ALL_TO_ALL, (size_t)(g->size - 1) * n * sizeof(uint64_t));
-    comm_wait(&h);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend/backend.h"
+#include "backend/comm_log.h"
 #include "svg.h"
 #include "utils.h"
 
@@ -23,10 +24,7 @@ typedef struct {
     short kind, group, op, pad;
 } Event;
 
-typedef struct {
-    double bytes, waited; // sent by this rank; seconds it waited
-    long calls;
-} CommStats;
+typedef CommCounters CommStats; // per group: sent by this rank, seconds it waited, calls
 
 // per step, for the bubble: this rank's schedule window and the compute inside it
 typedef struct {
@@ -40,7 +38,7 @@ static struct {
     double clock_offset; // add to this rank's clock to read rank 0's
     Event *events;
     int num_events;
-    CommStats now[GROUP_KINDS], at_step_begin[GROUP_KINDS], first[GROUP_KINDS], rest[GROUP_KINDS];
+    CommStats at_step_begin[GROUP_KINDS], first[GROUP_KINDS], rest[GROUP_KINDS];
     int rest_steps, group_size[GROUP_KINDS];
     StepWindow *windows;
     int num_windows, windows_cap;
@@ -73,6 +71,20 @@ static void record(EventKind kind, double start, double end, int micro, int laye
                                          .kind = (short)kind,
                                          .group = (short)group,
                                          .op = (short)op};
+}
+
+// the communications that ended since the last record, each in flight and, if this rank
+// waited for it, its wait: recorded before the span that ends now, so events stay in the order
+// they ended
+static void record_comm_spans(void) {
+    const CommSpan *c;
+    int n = comm_log_take_spans(&c);
+    for (int i = 0; i < n; i++) {
+        double waited = c[i].end - c[i].wait_started;
+        record(EV_IN_FLIGHT, c[i].start, c[i].end, -1, -1, c[i].group, c[i].op, c[i].bytes, waited);
+        if (waited > 0)
+            record(EV_WAIT, c[i].wait_started, c[i].end, -1, -1, c[i].group, c[i].op, 0, waited);
+    }
 }
 
 // one double to or from `peer`, over MPI on the host whatever the backend, waited for as always
@@ -145,7 +157,10 @@ void trace_step_begin(int step) {
     tr.step = step;
     tr.steps_begun++;
     tr.in_step = 1;
-    memcpy(tr.at_step_begin, tr.now, sizeof tr.now);
+    memcpy(tr.at_step_begin, comm_log_counters(), sizeof tr.at_step_begin);
+    const CommSpan *before;
+    comm_log_take_spans(&before); // what ended between steps is not drawn
+    comm_log_keep_spans(recording());
     if (tr.num_windows == tr.windows_cap) {
         tr.windows_cap = tr.windows_cap ? 2 * tr.windows_cap : 64;
         StepWindow *grown = xmalloc(tr.windows_cap * sizeof(StepWindow));
@@ -160,15 +175,18 @@ void trace_step_begin(int step) {
 // the first step pays for first touches of memory: the report averages the others
 void trace_step_end(void) {
     CommStats *sum = tr.steps_begun == 1 ? tr.first : tr.rest;
+    const CommStats *now = comm_log_counters();
     for (int g = 0; g < GROUP_KINDS; g++) {
-        sum[g].bytes += tr.now[g].bytes - tr.at_step_begin[g].bytes;
-        sum[g].waited += tr.now[g].waited - tr.at_step_begin[g].waited;
-        sum[g].calls += tr.now[g].calls - tr.at_step_begin[g].calls;
+        sum[g].bytes += now[g].bytes - tr.at_step_begin[g].bytes;
+        sum[g].waited += now[g].waited - tr.at_step_begin[g].waited;
+        sum[g].calls += now[g].calls - tr.at_step_begin[g].calls;
     }
+    record_comm_spans();
     if (tr.steps_begun > 1) tr.rest_steps++;
     record(EV_STEP, tr.windows[tr.num_windows - 1].begin, now_seconds(), -1, -1, GROUP_OTHER,
            OP_NONE, 0, 0);
     tr.in_step = 0;
+    comm_log_keep_spans(0);
 }
 
 double trace_begin(void) {
@@ -188,28 +206,8 @@ void trace_end(EventKind kind, int micro, int layer, double start) {
         w->compute += end - start;
         w->end = end;
     }
+    record_comm_spans();
     record(kind, start, end, micro, layer, GROUP_OTHER, OP_NONE, 0, 0);
-}
-
-void trace_comm_started(Handle *h, const Group *g, CommOp op, size_t bytes) {
-    h->op = op;
-    h->group = g->kind;
-    h->bytes = bytes;
-    h->started = now_seconds();
-    tr.now[g->kind].bytes += (double)bytes;
-    tr.now[g->kind].calls++;
-}
-
-void trace_comm_finished(Handle *h, double wait_started) {
-    if (h->op == OP_NONE) return; // nothing started, or already recorded
-    h->finished = now_seconds();
-    h->waited = h->finished - wait_started;
-    tr.now[h->group].waited += h->waited;
-    record(EV_IN_FLIGHT, h->started, h->finished, -1, -1, h->group, h->op, (double)h->bytes,
-           h->waited);
-    if (h->waited > 0)
-        record(EV_WAIT, wait_started, h->finished, -1, -1, h->group, h->op, 0, h->waited);
-    h->op = OP_NONE;
 }
 
 // What rank 0 gathers from each rank for the report

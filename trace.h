@@ -37,11 +37,6 @@ double trace_compute_end(void);
 // backward of one chunk of an interleaved pipeline passes the chunk as its layer.
 void trace_end(EventKind kind, int micro, int layer, double start);
 
-// The backend's two hooks: a communication starts (its bytes count), and it has ended, the rank
-// having waited for it since `wait_started`
-void trace_comm_started(Handle *h, const Group *g, CommOp op, size_t bytes);
-void trace_comm_finished(Handle *h, double wait_started);
-
 // What one rank holds, for the report
 typedef struct {
     double params, grads, optimizer, activations_peak; // bytes

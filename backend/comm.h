@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <mpi.h>
 
-// which axis a group is, so trace.c counts each one's traffic apart (GROUP_OTHER until the
+// which axis a group is, so comm_log.c counts each one's traffic apart (GROUP_OTHER until the
 // process group manager names it)
 typedef enum {
     GROUP_OTHER,
@@ -53,7 +53,7 @@ typedef struct {
     size_t move_n;
     int *mpi_layout; // MPI_Ialltoallv's counts and displacements: MPI reads them until it ends
     void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
-    // for trace.c: what travels, on which group, since when; OP_NONE: nothing (more) to record.
+    // for comm_log.c: what travels, on which group, since when; OP_NONE: nothing (more) to record.
     // Once it has ended: when, and how long this rank waited for it (data_parallel.c reads them)
     CommOp op;
     GroupKind group;
@@ -71,7 +71,7 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g);
 // ZeRO-1's pair (data_parallel.c), in place on buf (n floats, n a multiple of g->size): piece r is
 // buf[r*n/size, (r+1)*n/size). reduce_scatter: once waited for, this rank's piece holds the sum (or
 // the mean) of that piece over the group; the other pieces are left undefined. all_gather: this
-// rank's piece is sent, and once waited for every piece holds its owner's. Bytes sent, for trace.c:
+// rank's piece is sent, and once waited for every piece holds its owner's. Bytes sent, for comm_log.c:
 // the whole buffer for the reduce-scatter (as an all-reduce's), this rank's piece for the gather.
 Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g);
 void reduce_scatter(float *buf, size_t n, ReduceOp op, Group *g);
@@ -82,7 +82,7 @@ void all_gather(float *buf, size_t n, Group *g);
 // one after another from sendbuf in rank order; recv_counts[r] floats arrive from rank r, placed
 // one after another in recvbuf in rank order. Not in place. Counts are host arrays of g->size
 // entries, and recv_counts[r] must equal rank r's send_counts[this rank]: exchange them first
-// with all_to_all_host_counts. Bytes sent, for trace.c: the floats to the other ranks.
+// with all_to_all_host_counts. Bytes sent, for comm_log.c: the floats to the other ranks.
 Handle all_to_all_start(float *recvbuf, const size_t *recv_counts, const float *sendbuf,
                         const size_t *send_counts, Group *g);
 void all_to_all(float *recvbuf, const size_t *recv_counts, const float *sendbuf,

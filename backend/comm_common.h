@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "backend/comm.h"
-#include "trace.h"
+#include "backend/comm_log.h"
 #include "utils.h"
 
 // one tag for every point-to-point message: MPI then keeps them in order between two ranks, so a
@@ -76,7 +76,7 @@ static inline size_t all_to_all_self(size_t *send_at, size_t *recv_at, const siz
     return send_counts[g->rank];
 }
 
-// all_to_all's bytes sent, for trace.c: what goes to the other ranks, not to itself
+// all_to_all's bytes sent, for comm_log.c: what goes to the other ranks, not to itself
 static inline size_t all_to_all_bytes(const size_t *send_counts, Group *g) {
     size_t n = 0;
     for (int r = 0; r < g->size; r++)
@@ -105,7 +105,7 @@ static inline size_t mpi_all_to_all_layout(Handle *h, size_t *send_n, const size
     return at[1];
 }
 
-// what trace.c calls a send_recv with one half skipped (a NULL buffer)
+// what comm_log.c calls a send_recv with one half skipped (a NULL buffer)
 static inline CommOp p2p_op(const float *sendbuf, const float *recvbuf) {
     return !recvbuf ? OP_SEND : !sendbuf ? OP_RECV : OP_SEND_RECV;
 }

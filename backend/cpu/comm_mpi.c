@@ -43,7 +43,7 @@ void comm_wait(Handle *h) {
         wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;
-    trace_comm_finished(h, wait_started);
+    comm_log_finished(h, wait_started);
     free(h->mpi_layout);
     h->mpi_layout = NULL;
     if (h->move_to) {
@@ -73,7 +73,7 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
     mpiCheck(
         MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_reduce_op(op), g->comm, &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
+    comm_log_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
     average_when_done(&h, op, buf, n, g);
     return h;
 }
@@ -92,7 +92,7 @@ Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g) {
     mpiCheck(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_reduce_op(op),
                                        g->comm, &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
+    comm_log_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
     float *mine = buf + (size_t)g->rank * piece;
     if (mine != buf) {
         h.move_to = mine;
@@ -117,7 +117,7 @@ Handle all_gather_start(float *buf, size_t n, Group *g) {
     mpiCheck(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count, MPI_FLOAT, g->comm,
                             &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_ALL_GATHER, piece * sizeof(float));
+    comm_log_started(&h, g, OP_ALL_GATHER, piece * sizeof(float));
     return h;
 }
 
@@ -141,7 +141,7 @@ Handle all_to_all_start(float *recvbuf, const size_t *recv_counts, const float *
     mpiCheck(MPI_Ialltoallv(sendbuf, l, l + size, MPI_FLOAT, recvbuf, l + 2 * size, l + 3 * size,
                             MPI_FLOAT, g->comm, &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_ALL_TO_ALL, all_to_all_bytes(send_counts, g));
+    comm_log_started(&h, g, OP_ALL_TO_ALL, all_to_all_bytes(send_counts, g));
     return h;
 }
 
@@ -157,7 +157,7 @@ void send(const float *buf, size_t n, int dst, Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Isend(buf, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_SEND, n * sizeof(float));
+    comm_log_started(&h, g, OP_SEND, n * sizeof(float));
     comm_wait(&h);
 }
 
@@ -167,7 +167,7 @@ void recv(float *buf, size_t n, int src, Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Irecv(buf, count, MPI_FLOAT, src, TAG, g->comm, &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_RECV, 0); // nothing sent
+    comm_log_started(&h, g, OP_RECV, 0); // nothing sent
     comm_wait(&h);
 }
 
@@ -188,7 +188,7 @@ Handle send_recv_start(const float *sendbuf, int dst, float *recvbuf, int src, s
         mpiCheck(MPI_Irecv(recvbuf, count, MPI_FLOAT, src, TAG, g->comm, &h.req[h.count++]));
     if (sendbuf)
         mpiCheck(MPI_Isend(sendbuf, count, MPI_FLOAT, dst, TAG, g->comm, &h.req[h.count++]));
-    trace_comm_started(&h, g, p2p_op(sendbuf, recvbuf), sendbuf ? n * sizeof(float) : 0);
+    comm_log_started(&h, g, p2p_op(sendbuf, recvbuf), sendbuf ? n * sizeof(float) : 0);
     return h;
 }
 
@@ -202,6 +202,6 @@ void barrier(Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Ibarrier(g->comm, &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_BARRIER, 0);
+    comm_log_started(&h, g, OP_BARRIER, 0);
     comm_wait(&h);
 }

@@ -173,7 +173,7 @@ void comm_wait(Handle *h) {
         wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;
-    trace_comm_finished(h, wait_started);
+    comm_log_finished(h, wait_started);
     free(h->mpi_layout);
     h->mpi_layout = NULL;
     if (op) {
@@ -211,7 +211,7 @@ static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int as
     // the sum, mean and max of one copy is that copy (through NCCL all the same if it has a
     // communicator: PICOTRON_NCCL_GROUP_OF_ONE)
     if (n == 0 || (g->size == 1 && !g->nccl)) return h;
-    trace_comm_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
+    comm_log_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
     average_when_done(&h, op, buf, n, g);
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
@@ -250,7 +250,7 @@ static Handle reduce_scatter_any(float *buf, size_t n, ReduceOp op, Group *g, in
     if (n == 0 || (g->size == 1 && !g->nccl)) return h; // one piece: the whole buffer, reduced
     size_t piece = piece_of(n, "reduce_scatter", g);
     float *mine = buf + (size_t)g->rank * piece;
-    trace_comm_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
+    comm_log_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
     average_when_done(&h, op, mine, piece, g);
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
@@ -287,7 +287,7 @@ static Handle all_gather_any(float *buf, size_t n, Group *g, int async) {
     Handle h = handle_done();
     if (n == 0 || (g->size == 1 && !g->nccl)) return h; // this rank's piece is the whole buffer
     size_t piece = piece_of(n, "all_gather", g);
-    trace_comm_started(&h, g, OP_ALL_GATHER, piece * sizeof(float));
+    comm_log_started(&h, g, OP_ALL_GATHER, piece * sizeof(float));
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
         ncclCheck(ncclAllGather(buf + (size_t)g->rank * piece, buf, piece, ncclFloat,
@@ -330,7 +330,7 @@ static Handle all_to_all_any(float *recvbuf, const size_t *recv_counts, const fl
         if (self_n > 0) device_copy(recvbuf, sendbuf, self_n * sizeof(float));
         return h;
     }
-    trace_comm_started(&h, g, OP_ALL_TO_ALL, all_to_all_bytes(send_counts, g));
+    comm_log_started(&h, g, OP_ALL_TO_ALL, all_to_all_bytes(send_counts, g));
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
         if (self_n > 0)
@@ -382,7 +382,7 @@ void send(const float *buf, size_t n, int dst, Group *g) {
     PROFILE(PROFILE_COMM);
     check_peer(dst, 0, "send", g);
     Handle h = handle_done();
-    trace_comm_started(&h, g, OP_SEND, n * sizeof(float));
+    comm_log_started(&h, g, OP_SEND, n * sizeof(float));
     if (g->nccl) {
         ncclCheck(ncclSend(buf, n, ncclFloat, dst, (ncclComm_t)g->nccl, 0));
         comm_wait(&h); // queued in order with the kernels: only the counters to update
@@ -401,7 +401,7 @@ void recv(float *buf, size_t n, int src, Group *g) {
     PROFILE(PROFILE_COMM);
     check_peer(src, 0, "recv", g);
     Handle h = handle_done();
-    trace_comm_started(&h, g, OP_RECV, 0); // nothing sent
+    comm_log_started(&h, g, OP_RECV, 0); // nothing sent
     if (g->nccl) {
         ncclCheck(ncclRecv(buf, n, ncclFloat, src, (ncclComm_t)g->nccl, 0));
         comm_wait(&h); // queued in order with the kernels: only the counters to update
@@ -429,7 +429,7 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
     if (!sendbuf && !recvbuf) return h;
     if (sendbuf) check_peer(dst, 1, "send_recv destination", g);
     if (recvbuf) check_peer(src, 1, "send_recv source", g);
-    trace_comm_started(&h, g, p2p_op(sendbuf, recvbuf), sendbuf ? n * sizeof(float) : 0);
+    comm_log_started(&h, g, p2p_op(sendbuf, recvbuf), sendbuf ? n * sizeof(float) : 0);
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
         // grouped, so the ring's simultaneous sends and receives cannot wait on each other
@@ -474,6 +474,6 @@ void barrier(Group *g) {
     Handle h = handle_done();
     mpiCheck(MPI_Ibarrier(g->comm, &h.req[0]));
     h.count = 1;
-    trace_comm_started(&h, g, OP_BARRIER, 0);
+    comm_log_started(&h, g, OP_BARRIER, 0);
     comm_wait(&h);
 }

@@ -11,7 +11,7 @@ extern "C" {
 #include "utils.h"
 #include "backend/backend.h"
 #include "backend/comm.h"
-#include "trace.h"
+#include "backend/comm_log.h"
 }
 
 // Every CUDA, cuBLAS and NCCL call goes through one of these: a failure prints

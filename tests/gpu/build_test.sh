@@ -39,8 +39,8 @@ CUDA_LIBS=(-L"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 # PICOTRON_GPU_BUILD=build-emu: `make GPU=emulate` built the CUDA sources for the CPU emulator
 [ -f "$BUILD/tests/gpu/emulator/emulator.o" ] &&
     CUDA_LIBS=("$BUILD/tests/gpu/emulator/emulator.o" -lblis -lstdc++)
-# what the backend's communication calls outside backend/: errors, and trace.c's counters
-comm_deps=("$BUILD/utils.o" "$BUILD/trace.o" "$BUILD/svg.o" "$BUILD/process_group_manager.o")
+# what the backend's communication calls outside its own files: errors, and the counters
+comm_deps=("$BUILD/utils.o" "$BUILD/backend/comm_log.o" "$BUILD/backend/comm_host.o")
 renames=$(grep -o 'X([a-z_0-9]*)' tests/gpu/cpu_twins.h | sed 's/X(\(.*\))/-D\1=cpu_\1/')
 cpu_objs=()
 # the kernel files: every CUDA source but device memory and communication has a CPU twin;

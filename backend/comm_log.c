@@ -1,0 +1,57 @@
+// The collectives' counters and spans (comm_log.h)
+#include "backend/comm_log.h"
+#include <stdlib.h>
+#include "utils.h"
+
+static CommCounters counters[GROUP_KINDS];
+static int keeping;
+static CommSpan *spans;
+static int num_spans, spans_cap, taken;
+
+void comm_log_started(Handle *h, const Group *g, CommOp op, size_t bytes) {
+    h->op = op;
+    h->group = g->kind;
+    h->bytes = bytes;
+    h->started = now_seconds();
+    counters[g->kind].bytes += (double)bytes;
+    counters[g->kind].calls++;
+}
+
+void comm_log_finished(Handle *h, double wait_started) {
+    if (h->op == OP_NONE) return; // nothing started, or already counted
+    h->finished = now_seconds();
+    h->waited = h->finished - wait_started;
+    counters[h->group].waited += h->waited;
+    if (keeping) {
+        if (taken) num_spans = 0, taken = 0; // the taker has read them
+        if (num_spans == spans_cap) {
+            spans_cap = spans_cap ? 2 * spans_cap : 256;
+            CommSpan *grown = xmalloc(spans_cap * sizeof(CommSpan));
+            for (int i = 0; i < num_spans; i++) grown[i] = spans[i];
+            free(spans);
+            spans = grown;
+        }
+        spans[num_spans++] = (CommSpan){.start = h->started,
+                                        .end = h->finished,
+                                        .wait_started = wait_started,
+                                        .bytes = (double)h->bytes,
+                                        .group = h->group,
+                                        .op = h->op};
+    }
+    h->op = OP_NONE;
+}
+
+const CommCounters *comm_log_counters(void) {
+    return counters;
+}
+
+void comm_log_keep_spans(int keep) {
+    keeping = keep;
+}
+
+int comm_log_take_spans(const CommSpan **out) {
+    int n = taken ? 0 : num_spans;
+    *out = spans;
+    taken = 1;
+    return n;
+}
