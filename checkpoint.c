@@ -54,7 +54,7 @@ static int owns_block(const Model *model, const ParamInfo *p) {
 // Does this rank write p's elements of this part, and count them in the checksum? The moments
 // under ZeRO-1 are each rank's own (its shard of every tensor that counts once); else owns_block.
 static int writes_block(const Model *model, const Optimizer *opt, const ParamInfo *p, int part) {
-    if (part > 0 && opt->zero1) return model_param_counts_once(model, p);
+    if (part > 0 && opt->sharded) return model_param_counts_once(model, p);
     return owns_block(model, p);
 }
 
@@ -392,7 +392,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     // except each one's shard of the moments under ZeRO-1
     int writer = pgm->dp_rank < pgm->ep_size && pgm->cp_rank == 0; // the first ep group's
     for (int part = 0; part < NUM_PARTS; part++) {
-        if (!writer && !(part > 0 && opt->zero1)) continue;
+        if (!writer && !(part > 0 && opt->sharded)) continue;
         size_t floats = part == 0 ? model->num_params : opt->num_params;
         device_to_host(host, buffers[part], floats * sizeof(float));
         SafetensorsFile f;

@@ -21,12 +21,15 @@
 //
 // Gradients: an expert's gradient on its rank sums over the tokens of all ep ranks; its other
 // replicas are the ranks with the same ep_rank in the other ep groups (process_group_manager's
-// expert_dp). data_parallel.c averages the experts' buckets over those and divides by ep, so
-// every expert ends with the mean over all cp*dp replicas' tokens, as a dense weight does.
+// expert_dp). The experts' buckets (below, through data_parallel.c's BucketSync) are averaged
+// over those and divided by ep, so every expert ends with the mean over all cp*dp replicas'
+// tokens, as a dense weight does.
 // The capacity (moe.c) is a limit per source rank: each rank keeps at most `capacity` pairs of its
 // own micro-batch per expert, as one rank with that micro-batch would, so the dropped pairs are
 // the same whatever ep is, and a rank receives at most ep * capacity rows per expert.
 #include "expert_parallel.h"
+#include "backend/backend.h"
+#include "data_parallel.h"
 #include "utils.h"
 
 void expert_parallel_init(ExpertParallel *ep, Group *group, int num_experts) {
@@ -97,4 +100,35 @@ void expert_parallel_to_experts(float *recv, const float *send, const ExpertExch
 void expert_parallel_to_tokens(float *recv, const float *send, const ExpertExchange *x,
                                ExpertParallel *ep) {
     if (ep->group) exchange(recv, x->send, send, x->recv, ep);
+}
+
+// a bucket holds experts' tensors only or none
+static int begins_bucket(void *ctx, const ParamInfo *prev, const ParamInfo *t) {
+    (void)ctx;
+    return t->expert != prev->expert;
+}
+
+static Handle start_bucket(void *ctx, int b) {
+    ExpertBuckets *eb = ctx;
+    float *bucket = eb->dp->grads + eb->dp->start[b];
+    size_t n = eb->dp->size[b];
+    if (!eb->expert[b]) return all_reduce_start(bucket, n, REDUCE_AVG, eb->group);
+    scale_inplace(bucket, 1.0f / eb->ep, n);
+    return all_reduce_start(bucket, n, REDUCE_AVG, eb->expert_group);
+}
+
+void expert_parallel_buckets_init(ExpertBuckets *eb, DataParallel *dp, Model *model, Group *group,
+                                  Group *expert_group, int ep) {
+    *eb = (ExpertBuckets){.dp = dp, .group = group, .expert_group = expert_group, .ep = ep};
+    BucketSync sync = {.begins_bucket = begins_bucket, .start = start_bucket, .ctx = eb};
+    data_parallel_init(dp, model, group, &sync);
+    eb->expert = xmalloc(dp->num_buckets * sizeof(int));
+    for (int b = 0, i = 0; b < dp->num_buckets; b++) { // the tensor the bucket starts in
+        while (i + 1 < model->num_tensors && model->table[i + 1].offset <= dp->start[b]) i++;
+        eb->expert[b] = model->table[i].expert;
+    }
+}
+
+void expert_parallel_buckets_free(ExpertBuckets *eb) {
+    free(eb->expert);
 }

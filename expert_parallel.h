@@ -34,3 +34,20 @@ void expert_parallel_to_experts(float *recv, const float *send, const ExpertExch
 // backward returns d x the same way
 void expert_parallel_to_tokens(float *recv, const float *send, const ExpertExchange *x,
                                ExpertParallel *ep);
+
+// The experts' gradient buckets: a rank's experts' gradients already sum the tokens of its ep
+// group's ranks. Their replicas are the cp*dp/ep ranks with the same experts (expert_group), so
+// the experts' tensors get buckets of their own, averaged over those ranks and divided by ep: the
+// mean over all cp*dp replicas' tokens, as for every other weight (averaged over group).
+typedef struct DataParallel DataParallel;
+typedef struct Model Model;
+typedef struct {
+    DataParallel *dp;
+    int *expert; // (num_buckets) 1: a bucket of experts' tensors
+    Group *group, *expert_group;
+    int ep;
+} ExpertBuckets;
+// data_parallel_init(dp, model, group) with the experts' buckets apart
+void expert_parallel_buckets_init(ExpertBuckets *eb, DataParallel *dp, Model *model, Group *group,
+                                  Group *expert_group, int ep);
+void expert_parallel_buckets_free(ExpertBuckets *eb);

@@ -167,7 +167,8 @@ static void build_model(Model *model, ProcessGroupManager *pgm, Config *cfg, con
                                   .has_embedding = 1,
                                   .has_head = 1,
                                   .num_chunks = 1},
-                        .positions = positions};
+                        .positions = positions,
+                        .stream_rows = cfg->micro_batch_size * T};
     model_init(model, cfg, pgm, &shard, 1);
     checkpoint_init_from(model, folder);
     free(positions);
@@ -229,7 +230,7 @@ static void decode_step(Model *model, int pos, int token, const int *positions, 
 // slot, every layer's keys and values.
 static void forward_window(Model *model, const int *tokens, const int *zeros) {
     model_set_batch(model, 0, tokens, zeros);
-    model_forward(model, 0, 0, 1.0f);
+    model_forward(model, 0, 1.0f);
 }
 
 // splitmix64 (Steele et al.): the state steps by a constant, a mixer whitens it; 53 of its bits

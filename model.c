@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 #include "backend/backend.h"
-#include "tensor_parallel.h"
 #include "trace.h"
 #include "utils.h"
 
@@ -65,20 +64,16 @@ void model_layout_params(Model *model, ModelWeights *w, float *base) {
 void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const ModelShard *shard,
                 int num_slots) {
     memset(model, 0, sizeof *model);
-    model->cfg = *cfg;
-    model->pgm = pgm;
-    model->stage = shard->stage;
+    model->cfg = *cfg, model->pgm = pgm, model->stage = shard->stage;
     model->B = cfg->micro_batch_size;
     model->T = cfg->seq_length / pgm->cp_size;
     model->C = cfg->hidden_size;
     model->D = cfg->hidden_size / cfg->num_attention_heads;
-    model->H = shard->tp.H;
-    model->KV = shard->tp.KV;
-    model->I = shard->tp.I;
-    model->V = shard->tp.V;
-    model->vocab_start = shard->tp.vocab_start;
+    model->H = shard->tp.H, model->KV = shard->tp.KV, model->I = shard->tp.I;
+    model->V = shard->tp.V, model->vocab_start = shard->tp.vocab_start;
     model->L = shard->stage.num_layers;
-    model->Ns = model->B * model->T / (cfg->sequence_parallel ? pgm->tp_size : 1);
+    model->Ns = shard->stream_rows;
+    model->tp = (TensorParallel){.group = &pgm->tp, .async = cfg->tp_async};
     int layers = model->L ? model->L : 1;
     model->w.layers = xmalloc(layers * sizeof(LayerWeights));
     model->dw.layers = xmalloc(layers * sizeof(LayerWeights));
@@ -97,7 +92,31 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
     }
 
     model_rope_tables(model, shard->positions);
+    if (cfg->num_experts > 0) moe_alloc_buffers(model); // first: the layers' sizes need it
     model_alloc_buffers(model, num_slots);
+}
+
+void model_free(Model *model) {
+    if (model->cfg.num_experts > 0) moe_free_buffers(model);
+    model_free_buffers(model);
+}
+
+// the full model: one stage of every layer, on a grid of one
+int model_full_table(ParamInfo *table, const Config *cfg) {
+    ProcessGroupManager one = {.tp = {.rank = 0, .size = 1}};
+    Model *whole = xmalloc(sizeof(Model)); // zeroed
+    whole->cfg = *cfg, whole->pgm = &one, whole->L = cfg->num_hidden_layers;
+    whole->D = cfg->hidden_size / cfg->num_attention_heads;
+    whole->stage =
+        (PipelineStage){.num_layers = whole->L, .has_embedding = 1, .has_head = 1, .num_chunks = 1};
+    whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
+    model_layout_params(whole, &whole->w, NULL);
+    int n = whole->num_tensors;
+    memcpy(table, whole->table, n * sizeof(ParamInfo));
+    for (int l = 0; l < whole->L; l++) free(whole->w.layers[l].mlp.moe.experts);
+    free(whole->w.layers);
+    free(whole);
+    return n;
 }
 
 // mid = x + o_proj(attention(rope(q, k), v)), q, k, v = projections of ln1 = rmsnorm(x)
@@ -106,14 +125,13 @@ static void attention_forward(Model *model, float *mid, const AttentionActivatio
     int B = model->B, T = model->T, N = B * T, C = model->C, H = model->H, KV = model->KV;
     int D = model->D, Ns = model->Ns;
     rmsnorm_forward(s->ln1, s->rstd1, x, w->input_layernorm, Ns, C, model->cfg.rms_norm_eps);
-    const float *ln1 = gather_from_sequence_parallel_region(&model->sp, s->ln1); // (N, C)
     ColumnParallelOut qkv[3] = {
         {s->q, w->q_proj, H * D}, {s->k, w->k_proj, KV * D}, {s->v, w->v_proj, KV * D}};
-    column_parallel_linear_forward(qkv, 3, ln1, N, C);
+    column_parallel_linear_forward(&model->tp, qkv, 3, s->ln1, N, C);
     rope_forward(s->q, model->rope_cos, model->rope_sin, B, T, H, D);
     rope_forward(s->k, model->rope_cos, model->rope_sin, B, T, KV, D);
     ring_attention_forward(s->att, s->lse, s->q, s->k, &model->ring);
-    row_parallel_linear_forward(mid, s->att, w->o_proj, N, H * D, C, &model->pgm->tp, &model->sp);
+    row_parallel_linear_forward(&model->tp, mid, s->att, w->o_proj, N, H * D, C);
     add_inplace(mid, x, (size_t)Ns * C);
 }
 
@@ -123,11 +141,10 @@ static void mlp_forward(Model *model, float *out, const MlpActivations *s, const
     int N = model->B * model->T, C = model->C, I = model->I, Ns = model->Ns;
     rmsnorm_forward(s->ln2, s->rstd2, mid, w->post_attention_layernorm, Ns, C,
                     model->cfg.rms_norm_eps);
-    const float *ln2 = gather_from_sequence_parallel_region(&model->sp, s->ln2); // (N, C)
     ColumnParallelOut gate_up[2] = {{s->gate, w->gate_proj, I}, {s->up, w->up_proj, I}};
-    column_parallel_linear_forward(gate_up, 2, ln2, N, C);
+    column_parallel_linear_forward(&model->tp, gate_up, 2, s->ln2, N, C);
     swiglu_forward(s->act, s->gate, s->up, (size_t)N * I);
-    row_parallel_linear_forward(out, s->act, w->down_proj, N, I, C, &model->pgm->tp, &model->sp);
+    row_parallel_linear_forward(&model->tp, out, s->act, w->down_proj, N, I, C);
     add_inplace(out, mid, (size_t)Ns * C);
 }
 
@@ -138,21 +155,18 @@ static void mlp_backward(Model *model, float *dresid, const MlpWeights *dw, cons
                          const float *mid, const MlpWeights *w) {
     int N = model->B * model->T, C = model->C, I = model->I;
     const MlpActivations *d = &model->d.mlp;
-    SequenceParallel *sp = &model->sp;
     // forward: out = mid + down_proj(act)
-    const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
-    row_parallel_linear_backward(d->act, dw->down_proj, dout, s->act, w->down_proj, N, I, C);
+    row_parallel_linear_backward(&model->tp, d->act, dw->down_proj, dresid, s->act, w->down_proj, N,
+                                 I, C);
     // forward: act = silu(gate) * up (dgate and dup written whole)
     swiglu_backward(d->gate, d->up, d->act, s->gate, s->up, (size_t)N * I);
     // forward: gate = ln2 @ gate_proj^T, up = ln2 @ up_proj^T
     ColumnParallelGrad in[2] = {{dw->gate_proj, w->gate_proj, d->gate, I},
                                 {dw->up_proj, w->up_proj, d->up, I}};
-    const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2);
-    column_parallel_linear_backward(d->ln2, in, 2, ln2, N, C, sp->tp, model->cfg.tp_async, sp);
+    const float *dln2 = column_parallel_linear_backward(&model->tp, d->ln2, in, 2, s->ln2, N, C);
     // forward: ln2 = rmsnorm(mid), on this rank's rows
-    float *dnorm = sequence_parallel_norm_grad(sp, dw->post_attention_layernorm, 1);
-    rmsnorm_backward(dresid, dnorm, sequence_parallel_own_rows(sp, d->ln2), mid,
-                     w->post_attention_layernorm, s->rstd2, model->Ns, C);
+    rmsnorm_backward(dresid, dw->post_attention_layernorm, dln2, mid, w->post_attention_layernorm,
+                     s->rstd2, model->Ns, C);
 }
 
 // dresid holds d(mid) on entry and d(x) on return, as mlp_backward
@@ -163,10 +177,9 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
     int D = model->D;
     size_t NKVD = (size_t)N * KV * D;
     const AttentionActivations *d = &model->d.self_attn;
-    SequenceParallel *sp = &model->sp;
     // forward: mid = x + o_proj(att)
-    const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
-    row_parallel_linear_backward(d->att, dw->o_proj, dout, s->att, w->o_proj, N, H * D, C);
+    row_parallel_linear_backward(&model->tp, d->att, dw->o_proj, dresid, s->att, w->o_proj, N,
+                                 H * D, C);
     // forward: att = ring_attention(q, k, v)
     device_zero(d->q, (size_t)N * H * D * sizeof(float));
     device_zero(d->k, 2 * NKVD * sizeof(float)); // dk then dv
@@ -178,12 +191,10 @@ static void attention_backward(Model *model, float *dresid, const AttentionWeigh
     ColumnParallelGrad in[3] = {{dw->q_proj, w->q_proj, d->q, H * D},
                                 {dw->k_proj, w->k_proj, d->k, KV * D},
                                 {dw->v_proj, w->v_proj, d->v, KV * D}};
-    const float *ln1 = gather_from_sequence_parallel_region(sp, s->ln1);
-    column_parallel_linear_backward(d->ln1, in, 3, ln1, N, C, sp->tp, model->cfg.tp_async, sp);
+    const float *dln1 = column_parallel_linear_backward(&model->tp, d->ln1, in, 3, s->ln1, N, C);
     // forward: ln1 = rmsnorm(x), on this rank's rows
-    float *dnorm = sequence_parallel_norm_grad(sp, dw->input_layernorm, 0);
-    rmsnorm_backward(dresid, dnorm, sequence_parallel_own_rows(sp, d->ln1), x, w->input_layernorm,
-                     s->rstd1, model->Ns, C);
+    rmsnorm_backward(dresid, dw->input_layernorm, dln1, x, w->input_layernorm, s->rstd1, model->Ns,
+                     C);
 }
 
 // Decoder layer l of slot a, from its input resid[l] to out. What it saves goes to a->layers[l]:
@@ -199,32 +210,31 @@ static void layer_forward(Model *model, float *out, const Activations *a, int l)
         mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
 }
 
-float model_forward(Model *model, int slot, int chunk, float loss_scale) {
+float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale) {
     Activations *a = &model->slots[slot];
     int N = model->B * model->T, C = model->C, V = model->V, Ns = model->Ns;
     int per_chunk = model->L / model->stage.num_chunks;
     size_t NsC = (size_t)Ns * C;
-    Group *tp = &model->pgm->tp;
     // a micro-batch holds its slot from its chunk 0's forward to its chunk 0's backward
     if (chunk == 0 && ++model->slots_in_use > model->peak_slots_in_use)
         model->peak_slots_in_use = model->slots_in_use;
     if (model->stage.has_embedding && chunk == 0)
-        vocab_parallel_embedding_forward(a->resid, a->tokens, model->w.embed_tokens, N, C,
-                                         model->vocab_start, V, tp, &model->sp);
+        vocab_parallel_embedding_forward(&model->tp, a->resid, a->tokens, model->w.embed_tokens, N,
+                                         C, model->vocab_start, V);
     for (int l = chunk * per_chunk; l < (chunk + 1) * per_chunk; l++) {
         double start = trace_begin();
         layer_forward(model, model_layer_input(model, a, l) + NsC, a, l);
         trace_end(EV_LAYER_FORWARD, -1, stage_global_layer(&model->stage, l), start);
     }
     if (!model->stage.has_head || chunk < model->stage.num_chunks - 1) return 0.0f;
-    rmsnorm_forward(a->lnf, a->rstdf, model_stage_output(model, slot, chunk), model->w.norm, Ns, C,
+    rmsnorm_forward(a->lnf, a->rstdf, model_chunk_output(model, slot, chunk), model->w.norm, Ns, C,
                     model->cfg.rms_norm_eps);
-    const float *lnf = gather_from_sequence_parallel_region(&model->sp, a->lnf); // (N, C)
     ColumnParallelOut head = {model->logits, model->w.lm_head, V};
-    column_parallel_linear_forward(&head, 1, lnf, N, C);
+    column_parallel_linear_forward(&model->tp, &head, 1, a->lnf, N, C);
     // the loss's gradient is known now, so a slot keeps dlogits (written whole) instead of logits
-    a->loss = vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,
-                                           model->vocab_start, &model->loss_buffers, tp);
+    a->loss =
+        vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,
+                                     model->vocab_start, &model->loss_buffers, model->tp.group);
     return a->loss;
 }
 
@@ -234,14 +244,13 @@ static void grads_ready(Model *model, const float *first, const float *end) {
         model->on_grads_ready(model->hook_ctx, first - model->grads, end - first);
 }
 
-void model_backward(Model *model, float *input_grad, const float *output_grad, int slot,
-                    int chunk) {
+void model_chunk_backward(Model *model, float *input_grad, const float *output_grad, int slot,
+                          int chunk) {
     Activations *a = &model->slots[slot];
     const ModelWeights *w = &model->w, *dw = &model->dw;
     int N = model->B * model->T, C = model->C, V = model->V;
     int per_chunk = model->L / model->stage.num_chunks;
     size_t NsC = (size_t)model->Ns * C;
-    SequenceParallel *sp = &model->sp;
     // the residual stream's gradient, carried from the chunk output down to its input
     float *dresid = input_grad ? input_grad : model->dresid;
     if (model->stage.has_head && chunk == model->stage.num_chunks - 1) {
@@ -249,13 +258,11 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
         // forward: logits = lnf @ lm_head^T (column-parallel over the vocabulary)
         ColumnParallelGrad head = {dw->lm_head, w->lm_head, a->dlogits, V};
         float *dlnf = model->d.mlp.ln2; // (N, C), free until the last layer's backward
-        const float *lnf = gather_from_sequence_parallel_region(sp, a->lnf);
-        column_parallel_linear_backward(dlnf, &head, 1, lnf, N, C, sp->tp, model->cfg.tp_async, sp);
+        const float *own =
+            column_parallel_linear_backward(&model->tp, dlnf, &head, 1, a->lnf, N, C);
         // forward: lnf = rmsnorm(resid[L]), on this rank's rows
-        rmsnorm_backward(dresid, sequence_parallel_norm_grad(sp, dw->norm, 0),
-                         sequence_parallel_own_rows(sp, dlnf),
-                         model_stage_output(model, slot, chunk), w->norm, a->rstdf, model->Ns, C);
-        sequence_parallel_sum_norm_grads(sp, dw->norm, NULL);
+        rmsnorm_backward(dresid, dw->norm, own, model_chunk_output(model, slot, chunk), w->norm,
+                         a->rstdf, model->Ns, C);
         // the final norm and an untied head are the last tensors of model_layout_params
         grads_ready(model, dw->norm, model->grads + model->num_params);
         if (model->cfg.tie_word_embeddings && !model->stage.has_embedding)
@@ -276,15 +283,12 @@ void model_backward(Model *model, float *input_grad, const float *output_grad, i
             mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
         attention_backward(model, dresid, &dwl->self_attn, &s->self_attn,
                            model_layer_input(model, a, l), &wl->self_attn);
-        sequence_parallel_sum_norm_grads(sp, dwl->self_attn.input_layernorm,
-                                         dwl->mlp.post_attention_layernorm);
         trace_end(EV_LAYER_BACKWARD, -1, stage_global_layer(&model->stage, l), start);
         grads_ready(model, dwl->self_attn.input_layernorm, mlp_grads_end(model, &dwl->mlp));
     }
     if (model->stage.has_embedding && chunk == 0) {
         // forward: resid[0] = embedding(tokens)
-        const float *dout = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
-        vocab_parallel_embedding_backward(dw->embed_tokens, dout, a->tokens, N, C,
+        vocab_parallel_embedding_backward(&model->tp, dw->embed_tokens, dresid, a->tokens, N, C,
                                           model->vocab_start, V);
         grads_ready(model, dw->embed_tokens, dw->embed_tokens + (size_t)V * C);
     }

@@ -4,8 +4,9 @@
 // positions of the sequence; train.c hands their answers to model_init.
 // Size letters: B batch, T tokens this rank holds (seq/cp), C hidden, D head dim, H and KV this tp
 // rank's query and kv heads, I its intermediate features, V its vocabulary rows, L this stage's
-// layers, N = B*T; Ns the rows of the residual stream this rank holds (N, or N/tp under sequence
-// parallelism). Functions take outputs first, then inputs, then sizes.
+// layers, N = B*T; Ns the rows of the residual stream this rank holds (N in picotron's layout;
+// an extension such as sequence_parallel.c may split them). Functions take outputs first, then
+// inputs, then sizes.
 #pragma once
 #include <stddef.h>
 #include "config.h"
@@ -52,6 +53,7 @@ typedef struct {
     TensorParallelSizes tp; // tensor_parallel_sizes(): heads, features and vocabulary held
     PipelineStage stage;    // pipeline_stage(): layers, embedding, head
     const int *positions;   // context_parallel_positions(): (T) global positions of the tokens
+    int stream_rows;        // Ns: sequence_parallel_rows() (mbs * seq / cp without it)
 } ModelShard;
 
 // A decoder layer is an attention pair and an MLP pair, each with its pre-norm and residual add;
@@ -119,7 +121,7 @@ typedef struct Model {
     ProcessGroupManager *pgm;
     PipelineStage stage;
     int B, T, C, D, H, KV, I, V, L; // this rank's sizes, read from the shard once, in model_init
-    int Ns;                         // rows of the residual stream held: N, or N/tp (sequence par.)
+    int Ns;                         // rows of the residual stream held (ModelShard's stream_rows)
     int vocab_start;                // first vocabulary row of this tp rank
     // flat buffers (device) and the table that names their ranges
     ParamInfo table[MAX_PARAMS];
@@ -134,8 +136,8 @@ typedef struct Model {
     // the backward's buffers, shared by all slots: one micro-batch runs at a time
     LayerActivations d; // one layer's gradients (all N rows), pointers into d_memory
     float *d_memory;
-    float *dresid;       // (Ns, C): the residual stream's gradient when the caller wants none back
-    SequenceParallel sp; // its buffers (tensor_parallel.h); NULL when it is off
+    float *dresid;     // (Ns, C): the residual stream's gradient when the caller wants none back
+    TensorParallel tp; // this rank's tp group, and how the stream is held (tensor_parallel.h)
     // full recomputation (training.recompute): the one layer's saved tensors that every slot's
     // layers point at, refilled before each layer's backward, and that layer's output (Ns, C),
     // which nothing reads (the slot's resid already holds it)
@@ -154,12 +156,17 @@ typedef struct Model {
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *hook_ctx;
+    // device bytes the extensions allocated for this model's activations (sequence parallelism's
+    // gathered stream, the experts' buffers), which model_activation_bytes counts with its own
+    size_t extension_bytes;
 } Model;
 
 void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const ModelShard *shard,
                 int num_slots);
-// model_memory.c: activation slots and backward buffers; cos/sin (T, D/2) at these positions
+// model_memory.c: activation slots and backward buffers (and their release); cos/sin (T, D/2)
+// at these positions
 void model_alloc_buffers(Model *model, int num_slots);
+void model_free_buffers(Model *model);
 // the bytes of activations and the backward's buffers with `slots` micro-batches in flight
 size_t model_activation_bytes(const Model *model, int slots);
 void model_rope_tables(Model *model, const int *positions);
@@ -185,14 +192,29 @@ void model_set_batch(Model *model, int slot, const int *tokens, const int *targe
 // embeds the slot's tokens; every other chunk reads model_stage_input(slot, chunk), filled by the
 // pipeline. The last stage's last chunk computes the loss (returned, also in the slot) and
 // dlogits, scaled by loss_scale (1 / (tokens of this rank's micro-batch * grad_acc)).
-float model_forward(Model *model, int slot, int chunk, float loss_scale);
+float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale);
 // The chunk's backward, picotron's output_tensor_grad in and input_tensor_grad out:
 // output_grad (Ns, C) is the gradient of the chunk output (NULL for the last stage's last chunk:
 // the loss gives it); input_grad (Ns, C) receives the gradient of the chunk input (NULL: not
 // wanted, as for the first stage's chunk 0, whose input is the tokens).
-void model_backward(Model *model, float *input_grad, const float *output_grad, int slot, int chunk);
-float *model_stage_input(Model *model, int slot, int chunk);  // (Ns, C) the chunk's first resid row
-float *model_stage_output(Model *model, int slot, int chunk); // (Ns, C) its last
+void model_chunk_backward(Model *model, float *input_grad, const float *output_grad, int slot,
+                          int chunk);
+float *model_chunk_input(Model *model, int slot, int chunk);  // (Ns, C) the chunk's first resid row
+float *model_chunk_output(Model *model, int slot, int chunk); // (Ns, C) its last
+// picotron's model: one chunk, the stage's every layer
+static inline float model_forward(Model *model, int slot, float loss_scale) {
+    return model_chunk_forward(model, slot, 0, loss_scale);
+}
+static inline void model_backward(Model *model, float *input_grad, const float *output_grad,
+                                  int slot) {
+    model_chunk_backward(model, input_grad, output_grad, slot, 0);
+}
+static inline float *model_stage_input(Model *model, int slot) {
+    return model_chunk_input(model, slot, 0);
+}
+static inline float *model_stage_output(Model *model, int slot) {
+    return model_chunk_output(model, slot, 0);
+}
 // (Ns, C) the resid row that holds the input of the stage's local layer l in slot a
 float *model_layer_input(const Model *model, const Activations *a, int l);
 
@@ -207,14 +229,13 @@ void moe_mlp_backward(Model *model, float *dresid, const MlpWeights *dw, const M
                       const float *mid, const MlpWeights *w, int l);
 // the end of an MLP's tensors in the buffer that dw points into (dense or experts)
 const float *mlp_grads_end(const Model *model, const MlpWeights *dw);
-// for model_memory.c: one layer's sizes, the backward's buffers, the statistics; their device bytes
+// for model_init (before model_alloc_buffers: the layers' sizes need it): one layer's sizes, the
+// backward's buffers, the statistics (their device bytes go to extension_bytes); and their release
 void moe_alloc_buffers(Model *model);
-size_t moe_shared_bytes(const Model *model);
 void moe_free_buffers(Model *model);
-// The step's losses over the whole global batch, as one rank's run gives them (every rank calls
-// it after the step): returns the cross-entropy averaged over the cp*dp replicas; *aux gets the
-// load-balancing loss (the mean over layers of each layer's, averaged over the micro-batches;
-// 0 for a dense model), and the run's statistics of the load take the step's
-float model_step_losses(Model *model, float loss, float *aux);
+// The step's load-balancing loss over the whole global batch, as one rank's run gives it (every
+// rank calls it after the step): the mean over layers of each layer's, averaged over the
+// micro-batches; the run's statistics of the load take the step's. 0 for a dense model.
+float moe_step_aux_loss(Model *model);
 // the load per expert over the run, and the pairs dropped (nothing for a dense model)
 void moe_report(const Model *model);

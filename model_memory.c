@@ -1,6 +1,6 @@
 // Where one rank's model keeps its tensors: the activation slots of the micro-batches in
-// flight, the buffers the backward shares between them, and the RoPE tables; and the whole
-// model's parameter table, which a checkpoint holds.
+// flight, the buffers the backward shares between them, the RoPE tables, and the parameter
+// table's rows. It allocates and lays out; it calls nothing of the model's.
 //
 // Activation recomputation (training.recompute; Chen et al. 2016, "Training Deep Nets with
 // Sublinear Memory Cost", and Megatron-LM's "full" recomputation): a slot then keeps only each
@@ -28,8 +28,8 @@
 typedef struct {
     size_t field; // offsetof(LayerActivations, ...)
     size_t width; // floats per token
-    int residual; // 1: held for the residual stream's rows only (Ns of the N under sequence
-                  // parallelism: the norms and the residual adds); 0: for all N tokens
+    int residual; // 1: held for the residual stream's rows only (Ns of the N when an extension
+                  // splits the stream: the norms and the residual adds); 0: for all N tokens
 } SavedTensor;
 
 // floats one layer saves, `rows` of each residual-stream tensor; with `base`, also points s's
@@ -81,12 +81,6 @@ static size_t recompute_floats(const Model *model) {
     return saved_floats(model) + (size_t)model->Ns * model->C;
 }
 
-// sequence parallelism's buffers: sp.full (N, C) and sp.norm_grads (2C)
-static size_t sequence_parallel_floats(const Model *model) {
-    if (!model->cfg.sequence_parallel) return 0;
-    return (size_t)model->B * model->T * model->C + 2 * (size_t)model->C;
-}
-
 static void alloc_activations(Model *model, Activations *a) {
     size_t N = (size_t)model->B * model->T, Ns = model->Ns, L = model->L, C = model->C;
     a->memory = device_malloc(slot_floats(model) * sizeof(float));
@@ -131,7 +125,6 @@ void model_rope_tables(Model *model, const int *positions) {
 }
 
 void model_alloc_buffers(Model *model, int num_slots) {
-    if (model->cfg.num_experts > 0) moe_alloc_buffers(model); // first: the layers' sizes need it
     ring_attention_init(&model->ring, &model->pgm->cp, model->B, model->cfg.seq_length, model->H,
                         model->KV, model->D, model->cfg.cp_zigzag);
     if (model->cfg.recompute) {
@@ -139,17 +132,12 @@ void model_alloc_buffers(Model *model, int num_slots) {
         model->recompute_output = model->recompute_memory + saved_floats(model);
     }
     size_t N = (size_t)model->B * model->T;
-    model->sp = (SequenceParallel){.N = (int)N, .C = model->C, .tp = &model->pgm->tp};
-    if (model->cfg.sequence_parallel) {
-        model->sp.full = device_malloc(sequence_parallel_floats(model) * sizeof(float));
-        model->sp.norm_grads = model->sp.full + N * model->C;
-    }
     model->num_slots = num_slots;
     model->slots = xmalloc(num_slots * sizeof(Activations));
     for (int s = 0; s < num_slots; s++) alloc_activations(model, &model->slots[s]);
 
     // the backward's gradients: one layer's worth, laid out as a layer's saved tensors but for
-    // all N rows (under sequence parallelism the column-parallel backward reduce-scatters in them)
+    // all N rows (a column-parallel backward sums its input gradient over tp in them)
     size_t d_floats = layer_activations_layout(NULL, NULL, model, N, 0);
     model->d_memory = device_malloc(d_floats * sizeof(float));
     layer_activations_layout(&model->d, model->d_memory, model, N, 0);
@@ -166,18 +154,18 @@ void model_alloc_buffers(Model *model, int num_slots) {
 }
 
 // what model_alloc_buffers allocates for `slots` micro-batches in flight: their slots (with their
-// tokens and targets) and the buffers every slot shares: the backward's, and recomputation's
+// tokens and targets), the buffers every slot shares: the backward's, and recomputation's, and
+// what the extensions added
 size_t model_activation_bytes(const Model *model, int slots) {
     size_t N = (size_t)model->B * model->T;
     size_t backward =
         layer_activations_layout(NULL, NULL, model, N, 0) + (size_t)model->Ns * model->C;
     backward += model->stage.has_head ? N * model->V + 4 * N + 1 : 0;
-    size_t shared = backward + recompute_floats(model) + sequence_parallel_floats(model) + 1;
-    if (model->cfg.num_experts > 0) shared += moe_shared_bytes(model) / sizeof(float);
-    return (slots * (slot_floats(model) + 2 * N) + shared) * sizeof(float);
+    size_t shared = backward + recompute_floats(model) + 1;
+    return (slots * (slot_floats(model) + 2 * N) + shared) * sizeof(float) + model->extension_bytes;
 }
 
-void model_free(Model *model) {
+void model_free_buffers(Model *model) {
     for (int s = 0; s < model->num_slots; s++) {
         Activations *a = &model->slots[s];
         device_free(a->memory);
@@ -187,14 +175,12 @@ void model_free(Model *model) {
             moe_activations_free_host(&a->layers[l].mlp.moe);
         free(a->layers);
     }
-    if (model->cfg.num_experts > 0) moe_free_buffers(model);
     float *buffers[] = {model->params,
                         model->grads,
                         model->rope_cos,
                         model->rope_sin,
                         model->d_memory,
                         model->recompute_memory,
-                        model->sp.full,
                         model->dresid,
                         model->logits,
                         model->loss_buffers.maxes,
@@ -223,12 +209,12 @@ float *model_layer_input(const Model *model, const Activations *a, int l) {
     return a->resid + (size_t)(l + l / per_chunk) * model->Ns * model->C;
 }
 
-float *model_stage_input(Model *model, int slot, int chunk) {
+float *model_chunk_input(Model *model, int slot, int chunk) {
     return model_layer_input(model, &model->slots[slot],
                              chunk * (model->L / model->stage.num_chunks));
 }
 
-float *model_stage_output(Model *model, int slot, int chunk) {
+float *model_chunk_output(Model *model, int slot, int chunk) {
     int last = (chunk + 1) * (model->L / model->stage.num_chunks) - 1; // the chunk's last layer
     return model_layer_input(model, &model->slots[slot], last) + (size_t)model->Ns * model->C;
 }
@@ -270,23 +256,4 @@ int param_table_find(const ParamInfo *table, int n, const char *name) {
 const ParamInfo *model_find_param(const Model *model, const char *name) {
     int i = param_table_find(model->table, model->num_tensors, name);
     return i < 0 ? NULL : &model->table[i];
-}
-
-int model_full_table(ParamInfo *table, const Config *cfg) {
-    ProcessGroupManager one = {.tp = {.rank = 0, .size = 1}}; // no tensor-parallel split
-    Model *whole = xmalloc(sizeof(Model));
-    whole->cfg = *cfg;
-    whole->pgm = &one;
-    whole->D = cfg->hidden_size / cfg->num_attention_heads;
-    whole->L = cfg->num_hidden_layers;
-    whole->stage =
-        (PipelineStage){.num_layers = whole->L, .has_embedding = 1, .has_head = 1, .num_chunks = 1};
-    whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
-    model_layout_params(whole, &whole->w, NULL);
-    int n = whole->num_tensors;
-    memcpy(table, whole->table, n * sizeof(ParamInfo));
-    for (int l = 0; l < whole->L; l++) free(whole->w.layers[l].mlp.moe.experts);
-    free(whole->w.layers);
-    free(whole);
-    return n;
 }

@@ -67,17 +67,14 @@ const float *mlp_grads_end(const Model *model, const MlpWeights *dw) {
 void moe_mlp_forward(Model *model, float *out, MlpActivations *s, const float *mid,
                      const MlpWeights *w) {
     int N = model->B * model->T, C = model->C, Ns = model->Ns;
-    SequenceParallel *sp = &model->sp;
+    TensorParallel *tp = &model->tp;
     rmsnorm_forward(s->ln2, s->rstd2, mid, w->post_attention_layernorm, Ns, C,
                     model->cfg.rms_norm_eps);
-    const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2); // (N, C)
-    // y, this tp rank's partial sum, may overwrite ln2 in sp->full: moe_forward reads x first
-    moe_forward(sp->full ? sp->full : out, &s->moe, ln2, &w->moe, &model->moe, &model->pgm->cp,
-                &model->ep);
-    if (sp->full)
-        reduce_scatter_to_sequence_parallel_region(out, sp);
-    else
-        all_reduce(out, (size_t)N * C, REDUCE_SUM, sp->tp);
+    const float *ln2 = tensor_parallel_region_input(tp, s->ln2); // (N, C)
+    // y, this tp rank's partial sum, may overwrite the gathered ln2: moe_forward reads x first
+    float *y = tensor_parallel_region_partial(tp, out);
+    moe_forward(y, &s->moe, ln2, &w->moe, &model->moe, &model->pgm->cp, &model->ep);
+    tensor_parallel_region_sum(tp, out, y, (size_t)N * C);
     add_inplace(out, mid, (size_t)Ns * C);
 }
 
@@ -99,34 +96,31 @@ void moe_mlp_backward(Model *model, float *dresid, const MlpWeights *dw, const M
     int N = model->B * model->T, C = model->C, Ns = model->Ns, E = model->moe.E;
     const MoeActivations *a = &s->moe;
     MoeGrads *g = &model->moe_grads;
-    SequenceParallel *sp = &model->sp;
+    TensorParallel *tp = &model->tp;
     float *dln2 = model->d.mlp.ln2; // (N, C)
     // forward: y = combine(experts(ln2)), every tp rank's share of each expert
-    const float *dy = gather_from_sequence_parallel_region(sp, dresid); // (N, C)
+    const float *dy = tensor_parallel_region_input(tp, dresid); // (N, C)
     device_zero(dln2, (size_t)N * C * sizeof(float));
     moe_experts_backward(dln2, &dw->moe, g, dy, a, &w->moe, &model->moe, &model->ep);
     // d topk_w[n, j] = dy[n] . out[n, j] needs the expert's whole output, of which this rank
     // holds a partial sum over its I/tp features: the dots add up over tp
-    all_reduce(g->dtopk_w, (size_t)N * model->moe.K, REDUCE_SUM, sp->tp);
+    all_reduce(g->dtopk_w, (size_t)N * model->moe.K, REDUCE_SUM, tp->group);
     // the experts' input gradients are partial sums too (column-parallel gate and up)
-    if (sp->full)
-        reduce_scatter(dln2, (size_t)N * C, REDUCE_SUM, sp->tp);
-    else
-        all_reduce(dln2, (size_t)N * C, REDUCE_SUM, sp->tp);
+    Handle h = tensor_parallel_grad_sum_start(tp, dln2, (size_t)N * C);
+    comm_wait(&h);
     // forward: logits = ln2 @ router^T, aux from their softmax. d loss / d aux of one layer's
     // aux in one micro-batch is coef / (layers * grad_acc); times cp because the cp*dp gradient
     // average divides the cp ranks' parts, which together are the micro-batch's gradient
     float aux_scale = c->router_aux_loss_coef * model->pgm->cp_size /
                       ((float)c->num_hidden_layers * c->gradient_accumulation_steps);
-    const float *ln2 = gather_from_sequence_parallel_region(sp, s->ln2);
+    const float *ln2 = tensor_parallel_region_input(tp, s->ln2);
     moe_router_grad(NULL, &dw->moe, g, aux_scale, a, ln2, &w->moe, &model->moe);
-    // the router's part of d ln2, the same on every tp rank: once, on this rank's rows
-    size_t row0 = sp->full ? (size_t)Ns * sp->tp->rank : 0;
+    // the router's part of d ln2, the same on every tp rank: once, on this rank's stream rows
+    size_t row0 = (size_t)(tensor_parallel_own_rows(tp, dln2) - dln2) / C;
     matmul_backward(dln2 + row0 * C, NULL, g->dlogits + row0 * E, NULL, w->moe.router, Ns, C, E);
     // forward: ln2 = rmsnorm(mid), on this rank's rows
-    float *dnorm = sequence_parallel_norm_grad(sp, dw->post_attention_layernorm, 1);
-    rmsnorm_backward(dresid, dnorm, dln2 + row0 * C, mid, w->post_attention_layernorm, s->rstd2, Ns,
-                     C);
+    rmsnorm_backward(dresid, dw->post_attention_layernorm, dln2 + row0 * C, mid,
+                     w->post_attention_layernorm, s->rstd2, Ns, C);
     count_load(model, a, l);
 }
 
@@ -143,11 +137,7 @@ void moe_alloc_buffers(Model *model) {
     st->step = xmalloc(rows * sizeof(float));
     st->run = xmalloc((size_t)c->num_hidden_layers * (c->num_experts + 2) * sizeof(double));
     st->reduced = device_malloc((1 + rows) * sizeof(float));
-}
-
-size_t moe_shared_bytes(const Model *model) {
-    size_t rows = (size_t)model->cfg.num_hidden_layers * (model->cfg.num_experts + 1);
-    return moe_grads_bytes(&model->moe) + (1 + rows) * sizeof(float);
+    model->extension_bytes += moe_grads_bytes(&model->moe) + (1 + rows) * sizeof(float);
 }
 
 void moe_free_buffers(Model *model) {
@@ -193,13 +183,8 @@ static float moe_step_statistics(Model *model) {
     return aux / pgm->cp_dp.size; // each replica's aux is a mean over its micro-batches
 }
 
-float model_step_losses(Model *model, float loss, float *aux) {
-    float *buf = model->scalar;
-    host_to_device(buf, &loss, sizeof(float));
-    all_reduce(buf, 1, REDUCE_AVG, &model->pgm->cp_dp);
-    device_to_host(&loss, buf, sizeof(float));
-    *aux = model->cfg.num_experts > 0 ? moe_step_statistics(model) : 0.0f;
-    return loss;
+float moe_step_aux_loss(Model *model) {
+    return model->cfg.num_experts > 0 ? moe_step_statistics(model) : 0.0f;
 }
 
 void moe_report(const Model *model) {

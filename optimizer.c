@@ -40,7 +40,7 @@ float clip_grad_norm(Model *model, const Optimizer *opt) {
     all_reduce(sum, 2, REDUCE_SUM, &pgm->world);
     float total[2];
     device_to_host(total, sum, sizeof total);
-    float replicas = opt->zero1 ? 1.0f : (float)pgm->cp_size * pgm->dp_size;
+    float replicas = opt->sharded ? 1.0f : (float)pgm->cp_size * pgm->dp_size;
     float norm = sqrtf(total[0] / replicas + total[1] * pgm->ep_size / replicas);
     float max_norm = model->cfg.grad_clip;
     if (max_norm > 0 && norm > max_norm)
@@ -69,8 +69,8 @@ void first_nonfinite_gradient(char *name, size_t size, Model *model, const Optim
 }
 
 // moments for the given ranges of the flat buffers, back to back
-static void optimizer_init_ranges(Optimizer *opt, const Config *cfg, int num_ranges,
-                                  const size_t *start, const size_t *size) {
+void optimizer_init_ranges(Optimizer *opt, const Config *cfg, int num_ranges, const size_t *start,
+                           const size_t *size) {
     size_t n = 0;
     for (int r = 0; r < num_ranges; r++) n += size[r];
     *opt = (Optimizer){.m = device_malloc(n * sizeof(float)),
@@ -85,21 +85,13 @@ static void optimizer_init_ranges(Optimizer *opt, const Config *cfg, int num_ran
                        .weight_decay = cfg->weight_decay};
     memcpy(opt->start, start, num_ranges * sizeof(size_t));
     memcpy(opt->size, size, num_ranges * sizeof(size_t));
+    opt->sharded = 1;
 }
 
 void optimizer_init(Optimizer *opt, const Config *cfg, size_t num_params) {
     size_t start = 0;
     optimizer_init_ranges(opt, cfg, 1, &start, &num_params);
-}
-
-void optimizer_init_shard(Optimizer *opt, const Config *cfg, DataParallel *dp) {
-    if (!dp->zero1 || dp->group->size == 1) {
-        optimizer_init(opt, cfg, dp->num_params);
-        return;
-    }
-    // ZeRO-1: this rank's piece of every bucket
-    optimizer_init_ranges(opt, cfg, dp->num_buckets, dp->shard_start, dp->shard_size);
-    opt->zero1 = dp;
+    opt->sharded = 0;
 }
 
 void optimizer_free(Optimizer *opt) {
@@ -119,5 +111,4 @@ void optimizer_step(Optimizer *opt, float *params, const float *grads, float lr)
                      opt->beta1, opt->beta2, opt->eps, opt->weight_decay, opt->step);
         moments += opt->size[r];
     }
-    if (opt->zero1) data_parallel_all_gather_params(opt->zero1, params);
 }

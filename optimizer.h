@@ -1,29 +1,27 @@
 // AdamW over this rank's flat buffers, the learning-rate schedule and gradient clipping.
 #pragma once
-#include "data_parallel.h"
 #include "model.h"
 
-// AdamW's state, owned by the optimizer, not the model: sharding it (ZeRO-1) touches only this
-// and data parallelism
+// AdamW's state, owned by the optimizer, not the model: ZeRO-1 (zero.c) shards it by giving it
+// ranges
 typedef struct {
     float *m, *v;      // (num_params) first and second moments of the ranges below, on the device
     size_t num_params; // floats in the ranges: the whole flat buffer, or ZeRO-1's shard of it
     int num_ranges;
     size_t *start, *size; // (num_ranges) the ranges of the flat buffers this rank updates; m and v
                           // hold their moments back to back, in this order
-    DataParallel *zero1;  // ZeRO-1: whose all-gather completes each step; NULL without
+    int sharded;          // 1: the ranges are this rank's shard (ZeRO-1), not every parameter
     int step;             // updates taken so far (a resumed run restores it)
     float beta1, beta2, eps, weight_decay;
 } Optimizer;
 
 // every parameter of the flat buffer (num_params) updated by this rank
 void optimizer_init(Optimizer *opt, const Config *cfg, size_t num_params);
-// With distributed.zero1 and a data parallelism of more than one replica, only this rank's shard
-// of dp's buckets (moments of that size); else optimizer_init over all of dp's buffer
-void optimizer_init_shard(Optimizer *opt, const Config *cfg, DataParallel *dp);
+// only the given ranges of the flat buffer (ZeRO-1's shard: moments of that size)
+void optimizer_init_ranges(Optimizer *opt, const Config *cfg, int num_ranges, const size_t *start,
+                           const size_t *size);
 void optimizer_free(Optimizer *opt);
-// one AdamW update of this rank's ranges of params from grads, as torch.optim.AdamW; with ZeRO-1,
-// the parameters are then all-gathered, so every replica holds all of them again
+// one AdamW update of this rank's ranges of params from grads, as torch.optim.AdamW
 void optimizer_step(Optimizer *opt, float *params, const float *grads, float lr);
 
 // picotron's constant lr, or a linear warmup then cosine decay to min_lr; step counts from 1

@@ -1,5 +1,5 @@
-// Pipeline parallelism: the layer split and the AFAB / 1F1B / interleaved 1F1B schedules (see
-// pipeline_parallel.c).
+// Pipeline parallelism: the layer split and the AFAB / 1F1B schedules (see pipeline_parallel.c;
+// the interleaved schedule is pipeline_interleaved.c's).
 #pragma once
 #include "config.h"
 #include "data.h"
@@ -8,12 +8,10 @@
 #include "process_group_manager.h"
 
 // This rank's stage: picotron's distribute_layers gives stage i L/pp layers, the first L mod pp
-// stages one more; interleaved (distributed.pp_virtual_stages = V), chunk k of stage i holds the
-// L/(pp*V) layers of virtual stage k*pp + i. The first stage embeds the tokens, the last holds
-// the head.
+// stages one more. The first stage embeds the tokens, the last holds the head.
 PipelineStage pipeline_stage(const Config *cfg, const ProcessGroupManager *pgm);
-// activation slots a stage needs, each for one micro-batch's every chunk: all micro-batches under
-// AFAB, min(pp - stage, grad_acc) under 1F1B, the most in flight at once when interleaved
+// activation slots a stage needs: all micro-batches under AFAB, min(pp - stage, grad_acc) under
+// 1F1B
 int pipeline_num_slots(const Config *cfg, int stage);
 
 // picotron's PipelineParallel: the model of this stage, and the gradients a stage exchanges

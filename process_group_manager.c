@@ -99,3 +99,12 @@ void process_group_manager_free(ProcessGroupManager *pgm) {
     group_free(&pgm->tp);
     group_free(&pgm->world);
 }
+
+// The ranks that share this node (its GPUs, its cores), found by MPI
+void node_ranks(int *local_rank, int *ranks_on_node) {
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_rank(node, local_rank));
+    mpiCheck(MPI_Comm_size(node, ranks_on_node));
+    mpiCheck(MPI_Comm_free(&node));
+}

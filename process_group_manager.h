@@ -27,3 +27,6 @@ typedef struct {
 // exits 1
 void process_group_manager_init(ProcessGroupManager *pgm, int tp, int cp, int pp, int dp, int ep);
 void process_group_manager_free(ProcessGroupManager *pgm);
+// this rank's place among the ranks of its node, and their number: the place picks its device,
+// the number shares the node's peak for MFU
+void node_ranks(int *local_rank, int *ranks_on_node);

@@ -17,13 +17,8 @@
 // Every rank then holds the same output, which is why RMSNorm weights stay replicated and
 // identical.
 //
-// Sequence parallelism (Megatron-LM, Korthikanti et al. 2022, "Reducing Activation Recomputation
-// in Large Transformer Models"): between those regions every rank would hold the same (N, C)
-// residual stream and run the same norms on it. Split over the tokens instead, each rank keeps
-// N/tp rows of it; the forward's all-reduce becomes a reduce-scatter (each rank sums only its
-// rows) and the column-parallel linears' input is all-gathered first; the backward swaps the two.
-// The bytes moved are the same (an all-reduce is a reduce-scatter then an all-gather); the
-// residual stream, the norms' outputs and the pipeline's messages shrink by tp.
+// Sequence parallelism, which splits the residual stream between those regions over the tp ranks,
+// is an extension: sequence_parallel.c. It reaches this file only through TensorParallel's split.
 //
 // This file decides the split: the model names each tensor's role (column-parallel, row-parallel,
 // vocab-parallel, replicated) and tensor_parallel_shard says which block of it this rank holds;
@@ -64,42 +59,39 @@ TensorParallelSizes tensor_parallel_sizes(const Config *c, const Group *tp) {
                                  .vocab_start = vocab.row0};
 }
 
-const float *gather_from_sequence_parallel_region(SequenceParallel *sp, const float *block) {
-    if (!sp->full) return block;
-    size_t rows = (size_t)sp->N * sp->C / sp->tp->size;
-    device_copy(sp->full + rows * sp->tp->rank, block, rows * sizeof(float));
-    all_gather(sp->full, (size_t)sp->N * sp->C, sp->tp);
-    return sp->full;
+// picotron's copy_to_model_parallel_region in the forward: every rank holds the whole input
+const float *tensor_parallel_region_input(TensorParallel *tp, const float *stream) {
+    return tp->split ? tp->split->gather(tp->split, stream) : stream;
 }
 
-void reduce_scatter_to_sequence_parallel_region(float *block, SequenceParallel *sp) {
-    reduce_scatter(sp->full, (size_t)sp->N * sp->C, REDUCE_SUM, sp->tp);
-    device_copy(block, sequence_parallel_own_rows(sp, sp->full),
-                (size_t)sp->N * sp->C / sp->tp->size * sizeof(float));
+float *tensor_parallel_region_partial(TensorParallel *tp, float *out) {
+    return tp->split ? tp->split->full : out;
 }
 
-const float *sequence_parallel_own_rows(const SequenceParallel *sp, const float *full) {
-    if (!sp->full) return full;
-    return full + (size_t)sp->N * sp->C / sp->tp->size * sp->tp->rank;
+// picotron's reduce_from_model_parallel_region: the partial sums of the ranks' features add up
+void tensor_parallel_region_sum(TensorParallel *tp, float *out, float *partial, size_t n) {
+    if (!tp->split) {
+        all_reduce(out, n, REDUCE_SUM, tp->group);
+        return;
+    }
+    Handle h = tp->split->reduce_scatter_start(tp->split, partial, n);
+    comm_wait(&h);
+    device_copy(out, tp->split->own_rows(tp->split, partial), n / tp->group->size * sizeof(float));
 }
 
-float *sequence_parallel_norm_grad(SequenceParallel *sp, float *dweight, int i) {
-    if (!sp->full) return dweight;
-    float *g = sp->norm_grads + (size_t)i * sp->C;
-    device_zero(g, sp->C * sizeof(float));
-    return g;
+Handle tensor_parallel_grad_sum_start(TensorParallel *tp, float *dinp, size_t n) {
+    if (tp->split) return tp->split->reduce_scatter_start(tp->split, dinp, n);
+    return all_reduce_start(dinp, n, REDUCE_SUM, tp->group);
 }
 
-void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, float *dweight1) {
-    if (!sp->full) return;
-    all_reduce(sp->norm_grads, (size_t)(dweight1 ? 2 : 1) * sp->C, REDUCE_SUM, sp->tp);
-    add_inplace(dweight0, sp->norm_grads, sp->C);
-    if (dweight1) add_inplace(dweight1, sp->norm_grads + sp->C, sp->C);
+const float *tensor_parallel_own_rows(const TensorParallel *tp, const float *full) {
+    return tp->split ? tp->split->own_rows(tp->split, full) : full;
 }
 
 // The linears that read one input (q, k and v read ln1; gate and up read ln2) run together.
-void column_parallel_linear_forward(const ColumnParallelOut *linears, int count, const float *inp,
-                                    int N, int C) {
+void column_parallel_linear_forward(TensorParallel *tp, const ColumnParallelOut *linears, int count,
+                                    const float *inp, int N, int C) {
+    inp = tensor_parallel_region_input(tp, inp);
     for (int i = 0; i < count; i++)
         matmul_forward(linears[i].out, inp, linears[i].weight, N, C, linears[i].OC);
 }
@@ -108,48 +100,48 @@ void column_parallel_linear_forward(const ColumnParallelOut *linears, int count,
 // all-reduce once: all-reducing after each would count the earlier ones tp times. The first
 // product writes dinp, so nobody zeroes it first.
 // async (nanotron's): the all-reduce travels while the weight gradients are computed.
-void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
-                                     const float *inp, int N, int C, Group *tp, int async,
-                                     const SequenceParallel *sp) {
+const float *column_parallel_linear_backward(TensorParallel *tp, float *dinp,
+                                             const ColumnParallelGrad *linears, int count,
+                                             const float *inp, int N, int C) {
+    inp = tensor_parallel_region_input(tp, inp);
     matmul_backward_write(dinp, NULL, linears[0].dout, inp, linears[0].weight, N, C, linears[0].OC);
     for (int i = 1; i < count; i++)
         matmul_backward(dinp, NULL, linears[i].dout, inp, linears[i].weight, N, C, linears[i].OC);
-    size_t n = (size_t)N * C;
-    Handle h = sp->full ? reduce_scatter_start(dinp, n, REDUCE_SUM, tp)
-                        : all_reduce_start(dinp, n, REDUCE_SUM, tp);
-    if (!async) comm_wait(&h);
+    Handle h = tensor_parallel_grad_sum_start(tp, dinp, (size_t)N * C);
+    if (!tp->async) comm_wait(&h);
     for (int i = 0; i < count; i++)
         matmul_backward(NULL, linears[i].dweight, linears[i].dout, inp, linears[i].weight, N, C,
                         linears[i].OC);
-    if (async) comm_wait(&h);
+    if (tp->async) comm_wait(&h);
+    return tensor_parallel_own_rows(tp, dinp);
 }
 
-void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,
-                                 int C, Group *tp, SequenceParallel *sp) {
-    matmul_forward(sp->full ? sp->full : out, inp, weight, N, I, C);
-    if (sp->full)
-        reduce_scatter_to_sequence_parallel_region(out, sp);
-    else
-        all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
+void row_parallel_linear_forward(TensorParallel *tp, float *out, const float *inp,
+                                 const float *weight, int N, int I, int C) {
+    float *partial = tensor_parallel_region_partial(tp, out);
+    matmul_forward(partial, inp, weight, N, I, C);
+    tensor_parallel_region_sum(tp, out, partial, (size_t)N * C);
 }
 
-void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                                  const float *weight, int N, int I, int C) {
+// dout is replicated: identity
+void row_parallel_linear_backward(TensorParallel *tp, float *dinp, float *dweight,
+                                  const float *dout, const float *inp, const float *weight, int N,
+                                  int I, int C) {
+    dout = tensor_parallel_region_input(tp, dout);
     matmul_backward_write(dinp, dweight, dout, inp, weight, N, I, C);
 }
 
-void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
-                                      int vocab_start, int V, Group *tp, SequenceParallel *sp) {
-    embedding_forward(sp->full ? sp->full : out, tokens, wte, N, C, vocab_start, V);
-    if (sp->full)
-        reduce_scatter_to_sequence_parallel_region(out, sp);
-    else
-        all_reduce(out, (size_t)N * C, REDUCE_SUM, tp);
+void vocab_parallel_embedding_forward(TensorParallel *tp, float *out, const int *tokens,
+                                      const float *wte, int N, int C, int vocab_start, int V) {
+    float *partial = tensor_parallel_region_partial(tp, out);
+    embedding_forward(partial, tokens, wte, N, C, vocab_start, V);
+    tensor_parallel_region_sum(tp, out, partial, (size_t)N * C);
 }
 
 // dout is replicated, and each rank keeps the rows of the tokens it owns: no communication
-void vocab_parallel_embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
-                                       int C, int vocab_start, int V) {
+void vocab_parallel_embedding_backward(TensorParallel *tp, float *dwte, const float *dout,
+                                       const int *tokens, int N, int C, int vocab_start, int V) {
+    dout = tensor_parallel_region_input(tp, dout);
     embedding_backward(dwte, dout, tokens, N, C, vocab_start, V);
 }
 

@@ -44,52 +44,56 @@ typedef struct {
     int OC;
 } ColumnParallelGrad;
 
-// Sequence parallelism (Megatron-LM's): outside the tp regions the residual stream (N, C) is split
-// into tp blocks of N/tp consecutive token rows, rank r holding rows [r*N/tp, (r+1)*N/tp). Its
-// buffers are NULL when it is off; every function below then takes the plain tensor-parallel path.
+// This rank's tensor parallelism: its tp group, nanotron's async all-reduce
+// (tensor_parallel.async), and how the residual stream between the tp regions is held. picotron's
+// way: every tp rank holds all N rows of it (split NULL). An extension may hold it otherwise: a
+// StreamSplit says how a region gathers its input and how a sum leaves it (sequence_parallel.c
+// fills one; this file only calls it).
+typedef struct StreamSplit StreamSplit;
+struct StreamSplit {
+    float *full; // (N, C): a region's gathered input, or a linear's partial sums
+    const float *(*gather)(StreamSplit *s, const float *rows); // full, from this rank's rows
+    Handle (*reduce_scatter_start)(StreamSplit *s, float *x, size_t n); // x (N, C), in place
+    const float *(*own_rows)(const StreamSplit *s, const float *x);     // this rank's rows of x
+};
 typedef struct {
-    float *full;       // (N, C): a norm's output gathered, or a linear's partial sums
-    float *norm_grads; // (2, C): norms' weight gradients from this rank's rows, before their sum
-    int N, C;
-    Group *tp;
-} SequenceParallel;
-// all N rows (N, C) of the rows this rank holds, block (N/tp, C): block itself when off, else
-// every rank's block gathered into sp->full in rank order (Megatron's g in the forward)
-const float *gather_from_sequence_parallel_region(SequenceParallel *sp, const float *block);
-// block (N/tp, C) = this rank's rows of the sum over tp of sp->full (N, C) (g-bar)
-void reduce_scatter_to_sequence_parallel_region(float *block, SequenceParallel *sp);
-// this rank's rows of an (N, C) gradient that column_parallel_linear_backward reduced: all of it
-// when off
-const float *sequence_parallel_own_rows(const SequenceParallel *sp, const float *full);
-// Where norm i's weight gradient goes: dweight when off; else, each rank having seen only its own
-// rows, the zeroed norm_grads[i], whose sum over tp sequence_parallel_sum_norm_grads adds to
-// dweight0 (and dweight1, if not NULL)
-float *sequence_parallel_norm_grad(SequenceParallel *sp, float *dweight, int i);
-void sequence_parallel_sum_norm_grads(SequenceParallel *sp, float *dweight0, float *dweight1);
+    Group *group;
+    int async;
+    StreamSplit *split;
+} TensorParallel;
 
+// the seam, for the layers that are not linears (model_moe.c's experts): the region's input
+// (N, C) from the stream; where a partial sum (N, C) goes; its sum over tp into the stream, out;
+// an input gradient's sum over tp started; this rank's stream rows of such a sum
+const float *tensor_parallel_region_input(TensorParallel *tp, const float *stream);
+float *tensor_parallel_region_partial(TensorParallel *tp, float *out);
+void tensor_parallel_region_sum(TensorParallel *tp, float *out, float *partial, size_t n);
+Handle tensor_parallel_grad_sum_start(TensorParallel *tp, float *dinp, size_t n);
+const float *tensor_parallel_own_rows(const TensorParallel *tp, const float *full);
+
+// In what follows, inp and out of the stream (ln1, ln2, lnf, the residual stream and its
+// gradient) are this rank's rows of it: all N of them in picotron's layout.
 // out_i (N, OC_i) = inp (N, C) @ weight_i (OC_i, C)^T
-void column_parallel_linear_forward(const ColumnParallelOut *linears, int count, const float *inp,
-                                    int N, int C);
+void column_parallel_linear_forward(TensorParallel *tp, const ColumnParallelOut *linears, int count,
+                                    const float *inp, int N, int C);
 // dinp (N, C) = all_reduce(sum of dout_i @ weight_i), written; dweight_i += dout_i^T @ inp.
-// Under sequence parallelism the sum is reduce-scattered instead: only
-// sequence_parallel_own_rows(dinp) is then defined. count >= 1.
-void column_parallel_linear_backward(float *dinp, const ColumnParallelGrad *linears, int count,
-                                     const float *inp, int N, int C, Group *tp, int async,
-                                     const SequenceParallel *sp);
-// out (N, C) = all_reduce(inp (N, I) @ weight (C, I)^T); under sequence parallelism the partial
-// sums go to sp->full and out (N/tp, C) receives this rank's rows of their sum
-void row_parallel_linear_forward(float *out, const float *inp, const float *weight, int N, int I,
-                                 int C, Group *tp, SequenceParallel *sp);
+// Returns this rank's stream rows of dinp (dinp itself in picotron's layout). count >= 1.
+const float *column_parallel_linear_backward(TensorParallel *tp, float *dinp,
+                                             const ColumnParallelGrad *linears, int count,
+                                             const float *inp, int N, int C);
+// out (N, C) = all_reduce(inp (N, I) @ weight (C, I)^T)
+void row_parallel_linear_forward(TensorParallel *tp, float *out, const float *inp,
+                                 const float *weight, int N, int I, int C);
 // dinp (N, I) = dout (N, C) @ weight (C, I), written; dweight (C, I) += dout^T @ inp
-void row_parallel_linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                                  const float *weight, int N, int I, int C);
-// out (N, C) = all_reduce(rows of wte (V, C) for the tokens (N) in this rank's vocabulary range);
-// reduce-scattered under sequence parallelism, as row_parallel_linear_forward's
-void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
-                                      int vocab_start, int V, Group *tp, SequenceParallel *sp);
+void row_parallel_linear_backward(TensorParallel *tp, float *dinp, float *dweight,
+                                  const float *dout, const float *inp, const float *weight, int N,
+                                  int I, int C);
+// out (N, C) = all_reduce(rows of wte (V, C) for the tokens (N) in this rank's vocabulary range)
+void vocab_parallel_embedding_forward(TensorParallel *tp, float *out, const int *tokens,
+                                      const float *wte, int N, int C, int vocab_start, int V);
 // dwte (V, C) += dout (N, C) rows of the tokens in this rank's range
-void vocab_parallel_embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
-                                       int C, int vocab_start, int V);
+void vocab_parallel_embedding_backward(TensorParallel *tp, float *dwte, const float *dout,
+                                       const int *tokens, int N, int C, int vocab_start, int V);
 
 // Small buffers of the vocab-parallel loss: maxes, losses (N; before the loss, this shard's
 // maxima); stats (2N): sumexp then the target's logit; loss_sum (1)

@@ -1,15 +1,11 @@
 // picotron.c's training loop: read the config, set up the 4D process groups, build this rank's
 // model shard, open its data, then for each step run the schedule, wait for the gradient
 // buckets, clip, AdamW, log. Run it as: mpirun -np 8 ./train --config tmp/llama-1B/config.json
-#define _GNU_SOURCE // CPU_COUNT
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "backend/backend.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -22,6 +18,12 @@
 #include "process_group_manager.h"
 #include "trace.h"
 #include "utils.h"
+// beyond picotron: each in its own file, switched on by its config key
+#include "expert_parallel.h"      // distributed.ep_size: the experts' gradient buckets
+#include "metrics.h"              // logging.metrics_file
+#include "pipeline_interleaved.h" // distributed.pp_virtual_stages
+#include "sequence_parallel.h"    // distributed.sequence_parallel
+#include "zero.h"                 // distributed.zero1
 
 static const char *USAGE = "usage: mpirun -np N ./train --config PATH/config.json";
 
@@ -43,60 +45,6 @@ static const char *parse_args(int argc, char **argv) {
     return config;
 }
 
-// The ranks that share this node (its GPUs, its cores), found by MPI: this rank's place among
-// them picks its device, and their number shares the node's peak for MFU
-static void node_ranks(int *local_rank, int *ranks_on_node) {
-    MPI_Comm node;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    mpiCheck(MPI_Comm_rank(node, local_rank));
-    mpiCheck(MPI_Comm_size(node, ranks_on_node));
-    mpiCheck(MPI_Comm_free(&node));
-}
-
-// More threads than the node's cores make every step wait on the scheduler's time slices
-static int threads_per_rank(int wanted, int ranks_on_node) {
-    cpu_set_t set;
-    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int fit = cores / ranks_on_node > 1 ? cores / ranks_on_node : 1;
-    if (wanted <= fit) return wanted;
-    if (world_rank() == 0)
-        printf("note: environment.OMP_NUM_THREADS = %d with %d ranks on this node's %d cores: "
-               "using %d thread%s per rank\n",
-               wanted, ranks_on_node, cores, fit, fit > 1 ? "s" : "");
-    return fit;
-}
-
-// Slurm sends SIGTERM, or the signal its --signal asks for, ahead of a time limit: the ranks
-// finish the step, agree, save and exit
-static volatile sig_atomic_t stop_signal = 0;
-static void on_stop_signal(int sig) {
-    stop_signal = sig;
-}
-static void catch_stop_signals(void) {
-    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0)
-        FAIL("", "cannot install the SIGTERM/SIGUSR1 handler");
-}
-
-// A resumed run rewrites the steps it repeats: the metrics keep the lines of the steps before it,
-// rewritten through a temporary file so a crash loses nothing
-static FILE *open_metrics(const char *path, int first_step) {
-    char tmp[600], *text = first_step > 1 ? read_whole_file(path, NULL) : NULL;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = xfopen(tmp, "w");
-    for (char *line = text, *end; line && *line; line = end + 1) {
-        if (!(end = strchr(line, '\n'))) break; // a line cut short by a crash is dropped
-        const char *at = strstr(line, "\"step\": ");
-        if (at && at < end && atoi(at + 8) < first_step) xfwrite(line, 1, end - line + 1, f);
-    }
-    free(text);
-    if (fflush(f) != 0 || rename(tmp, path) != 0)
-        FAIL("check logging.metrics_file's folder", "cannot write %s", path);
-    return f;
-}
-
 // picotron's train_step without a pipeline: accumulate grad_acc micro-batches, each loss scaled
 // by 1/grad_acc; the buckets all-reduce only during the last backward
 static float train_step(Model *model, DataParallel *dp, MicroBatchDataLoader *loader, int step) {
@@ -107,10 +55,10 @@ static float train_step(Model *model, DataParallel *dp, MicroBatchDataLoader *lo
         model_set_batch(model, 0, loader->input_ids, loader->target_ids);
         dp->require_backward_grad_sync = micro == grad_acc - 1;
         double start = trace_begin();
-        loss += model_forward(model, 0, 0, loss_scale) / grad_acc;
+        loss += model_forward(model, 0, loss_scale) / grad_acc;
         trace_end(EV_FORWARD, micro, -1, start);
         start = trace_begin();
-        model_backward(model, NULL, NULL, 0, 0);
+        model_backward(model, NULL, NULL, 0);
         trace_end(EV_BACKWARD, micro, -1, start);
     }
     return loss;
@@ -163,17 +111,36 @@ int main(int argc, char **argv) {
     int T = cfg.seq_length / pgm.cp_size;
     int *positions = xmalloc(T * sizeof(int));
     context_parallel_positions(positions, pgm.cp_rank, pgm.cp_size, cfg.seq_length, cfg.cp_zigzag);
+    int interleaved = cfg.pp_virtual_stages > 1;
     ModelShard shard = {.tp = tensor_parallel_sizes(&cfg, &pgm.tp),
-                        .stage = pipeline_stage(&cfg, &pgm),
-                        .positions = positions};
+                        .stage = interleaved ? pipeline_interleaved_stage(&cfg, &pgm)
+                                             : pipeline_stage(&cfg, &pgm),
+                        .positions = positions,
+                        .stream_rows = sequence_parallel_rows(&cfg, &pgm)};
     Model model;
-    model_init(&model, &cfg, &pgm, &shard, pipeline_num_slots(&cfg, pgm.pp_rank));
+    model_init(&model, &cfg, &pgm, &shard,
+               interleaved ? pipeline_interleaved_num_slots(&cfg, pgm.pp_rank)
+                           : pipeline_num_slots(&cfg, pgm.pp_rank));
     MicroBatchDataLoader loader;
     micro_batch_loader_init(&loader, &ds, &cfg, pgm.dp_rank, pgm.dp_size, positions, T);
     DataParallel dp; // the model's backward hook: picotron's register_backward_hook
-    data_parallel_init(&dp, &model, &pgm.cp_dp);
-    Optimizer opt; // distributed.zero1: moments of this rank's shard only (ZeRO-1)
-    optimizer_init_shard(&opt, &cfg, &dp);
+    Zero zero;       // distributed.zero1: the buckets reduce-scattered, AdamW on a shard
+    ExpertBuckets experts;
+    SequenceParallel sp;
+    Optimizer opt;
+    int sharded = cfg.zero1 && pgm.cp_dp.size > 1;
+    if (sharded)
+        zero_init(&zero, &dp, &model, &pgm.cp_dp);
+    else if (pgm.ep_size > 1)
+        expert_parallel_buckets_init(&experts, &dp, &model, &pgm.cp_dp, &pgm.expert_dp,
+                                     pgm.ep_size);
+    else
+        data_parallel_init(&dp, &model, &pgm.cp_dp, NULL);
+    if (cfg.sequence_parallel) sequence_parallel_init(&sp, &model, &dp);
+    if (sharded)
+        optimizer_init_ranges(&opt, &cfg, dp.num_buckets, zero.shard_start, zero.shard_size);
+    else
+        optimizer_init(&opt, &cfg, model.num_params);
     PipelineParallel pipe;
     pipeline_parallel_init(&pipe, &model, &dp, &loader, &pgm);
     int logger = pgm.pp_is_last && pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0;
@@ -193,7 +160,7 @@ int main(int argc, char **argv) {
                cfg.load_path, first_step - 1, cfg.total_train_steps);
     long tokens_seen = (first_step - 1) * tokens_per_step;
     FILE *metrics =
-        logger && cfg.metrics_file[0] ? open_metrics(cfg.metrics_file, first_step) : NULL;
+        logger && cfg.metrics_file[0] ? metrics_open(cfg.metrics_file, first_step) : NULL;
     catch_stop_signals();
     // measured (CPU) while the other ranks wait, napping, instead of competing for the cores
     barrier(&pgm.world);
@@ -207,14 +174,16 @@ int main(int argc, char **argv) {
         double start = now_seconds();
         trace_step_begin(step);
         device_zero(model.grads, model.num_params * sizeof(float));
-        float loss = cfg.pp_size > 1 ? pipeline_train_step(&pipe, step - 1)
-                                     : train_step(&model, &dp, &loader, step - 1);
+        float loss = cfg.pp_size == 1 ? train_step(&model, &dp, &loader, step - 1)
+                     : interleaved    ? train_step_pipeline_interleaved(&pipe, step - 1)
+                                      : pipeline_train_step(&pipe, step - 1);
         data_parallel_wait(&dp);
         pipeline_sync_tied_embeddings(&model);
         double optimizer_start = trace_begin();
         float norm = clip_grad_norm(&model, &opt);
         // every rank learns at this same step whether to stop: a signal, or a number gone bad
-        int stop[2] = {stop_signal, !isfinite(norm) || (pgm.pp_is_last && !isfinite(loss))};
+        int stop[2] = {stop_signal_caught(),
+                       !isfinite(norm) || (pgm.pp_is_last && !isfinite(loss))};
         all_reduce_host(stop, 2, MPI_INT, MPI_MAX, &pgm.world);
         if (stop[1]) {
             char name[128];
@@ -226,9 +195,10 @@ int main(int argc, char **argv) {
                        step, learning_rate_at(&cfg, step), name);
         }
         optimizer_step(&opt, model.params, model.grads, learning_rate_at(&cfg, step));
+        if (sharded) zero_all_gather_params(&zero, model.params);
         trace_end(EV_OPTIMIZER, -1, -1, optimizer_start);
-        float aux; // the load-balancing loss (mixture of experts); the loss stays the CE
-        loss = model_step_losses(&model, loss, &aux);
+        loss = average_loss_across_dp_cp_ranks(loss, model.scalar, &pgm.cp_dp);
+        float aux = moe_step_aux_loss(&model); // the load-balancing loss; the loss stays the CE
         device_synchronize();
         trace_step_end();
         double seconds = now_seconds() - start;
@@ -237,15 +207,9 @@ int main(int argc, char **argv) {
         if (logger)
             log_step(&model, step, loss, tokens_per_step, tokens_seen, seconds, pgm.world_size,
                      peak);
-        if (logger && metrics) {
-            fprintf(metrics,
-                    "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f, "
-                    "\"grad_norm\": %.9g",
-                    step, loss, tokens_seen, seconds, norm);
-            if (cfg.num_experts > 0) fprintf(metrics, ", \"aux_loss\": %.9g", aux);
-            fprintf(metrics, "}\n");
-            fflush(metrics);
-        }
+        if (metrics)
+            metrics_write(metrics, step, loss, tokens_seen, seconds, norm,
+                          cfg.num_experts > 0 ? &aux : NULL);
         int save = cfg.save_frequency > 0 && step % cfg.save_frequency == 0;
         if (stop[0] && cfg.save_dir[0] && cfg.save_frequency == 0)
             checkpoint_lock(cfg.save_dir, &pgm); // saving for the first time
@@ -285,6 +249,9 @@ int main(int argc, char **argv) {
                  cfg.gradient_accumulation_steps, cfg.pp_engine, cfg.pp_virtual_stages);
     if (metrics) fclose(metrics);
     pipeline_parallel_free(&pipe);
+    if (cfg.sequence_parallel) sequence_parallel_free(&sp);
+    if (sharded) zero_free(&zero);
+    if (!sharded && pgm.ep_size > 1) expert_parallel_buckets_free(&experts);
     data_parallel_free(&dp);
     micro_batch_loader_free(&loader);
     optimizer_free(&opt);

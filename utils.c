@@ -1,7 +1,10 @@
-// Errors that end the whole job, checked I/O, timing.
+// Errors that end the whole job, checked I/O, timing, threads and signals.
+#define _GNU_SOURCE // CPU_COUNT
 #include "utils.h"
 #include <mpi.h>
 #include <sched.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <errno.h>
 #include <string.h>
@@ -206,4 +209,34 @@ const char *test_switch(const char *name) {
     char var[96];
     snprintf(var, sizeof var, "PICOTRON_TEST_%s", name);
     return getenv(var);
+}
+
+// More threads than the node's cores make every step wait on the scheduler's time slices
+int threads_per_rank(int wanted, int ranks_on_node) {
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int fit = cores / ranks_on_node > 1 ? cores / ranks_on_node : 1;
+    if (wanted <= fit) return wanted;
+    if (world_rank() == 0)
+        printf("note: environment.OMP_NUM_THREADS = %d with %d ranks on this node's %d cores: "
+               "using %d thread%s per rank\n",
+               wanted, ranks_on_node, cores, fit, fit > 1 ? "s" : "");
+    return fit;
+}
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+}
+
+void catch_stop_signals(void) {
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0)
+        FAIL("", "cannot install the SIGTERM/SIGUSR1 handler");
+}
+
+int stop_signal_caught(void) {
+    return stop_signal;
 }

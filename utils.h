@@ -57,3 +57,11 @@ int make_dirs(const char *path);
 //   NCCL_GROUP_OF_ONE=1      backend/cuda/comm_nccl.cu: one-rank groups use NCCL too (check.sh)
 // Returns the value, or NULL when it is not set.
 const char *test_switch(const char *name);
+
+// OpenMP threads for one of ranks_on_node ranks: `wanted`, or fewer so that the node's cores are
+// not oversubscribed (rank 0 says so)
+int threads_per_rank(int wanted, int ranks_on_node);
+// Slurm sends SIGTERM, or the signal its --signal asks for, ahead of a time limit: once caught,
+// the ranks finish the step, agree, save and exit. stop_signal_caught: the signal, or 0.
+void catch_stop_signals(void);
+int stop_signal_caught(void);

@@ -96,7 +96,8 @@ static void fixture_model_init(FixtureModel *fm, const char *path, ProcessGroupM
     context_parallel_positions(fm->positions, 0, 1, fm->cfg.seq_length, 0);
     ModelShard shard = {.tp = tensor_parallel_sizes(&fm->cfg, &pgm->tp),
                         .stage = pipeline_stage(&fm->cfg, pgm),
-                        .positions = fm->positions};
+                        .positions = fm->positions,
+                        .stream_rows = N};
     model_init(&fm->model, &fm->cfg, pgm, &shard, 1);
     fixture_load_weights(&fm->model, fm->fx);
     fm->tokens = xmalloc(N * sizeof(int)), fm->targets = xmalloc(N * sizeof(int));
@@ -126,13 +127,13 @@ static void fixture_forward_backward(double *loss_err, double *logits_err, Fixtu
     int N = fm->N, C = model->cfg.hidden_size, V = model->cfg.vocab_size;
     device_zero(model->grads, model->num_params * sizeof(float));
     model_set_batch(model, 0, fm->tokens, fm->targets);
-    float loss = model_forward(model, 0, 0, 1.0f / N);
+    float loss = model_forward(model, 0, 1.0f / N);
     // a slot keeps dlogits, not the logits: they are computed again from the final norm's output
     float *logits_dev = device_malloc((size_t)N * V * sizeof(float));
     float *logits = xmalloc((size_t)N * V * sizeof(float));
     matmul_forward(logits_dev, model->slots[0].lnf, model->w.lm_head, N, C, V); // (N, V)
     device_to_host(logits, logits_dev, (size_t)N * V * sizeof(float));
-    model_backward(model, NULL, NULL, 0, 0);
+    model_backward(model, NULL, NULL, 0);
     float want_loss = fixture_find(fm->fx, "loss")->data[0];
     printf("  loss %.7f, %s %.7f\n", loss, reference, want_loss);
     *loss_err = fabs(loss - want_loss) / fabs(want_loss);
@@ -154,8 +155,8 @@ static double fixture_adamw_losses(FixtureModel *fm, int digits) {
     for (size_t s = 0; s < want->count; s++) {
         device_zero(model->grads, model->num_params * sizeof(float));
         model_set_batch(model, 0, fm->tokens, fm->targets);
-        float l = model_forward(model, 0, 0, 1.0f / fm->N);
-        model_backward(model, NULL, NULL, 0, 0);
+        float l = model_forward(model, 0, 1.0f / fm->N);
+        model_backward(model, NULL, NULL, 0);
         optimizer_step(&opt, model->params, model->grads, fm->cfg.learning_rate);
         loss_err = fmax(loss_err, fabs(l - want->data[s]) / fabs(want->data[s]));
         printf(" %.*f/%.*f", digits, l, digits, want->data[s]);

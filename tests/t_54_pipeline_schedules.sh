@@ -67,7 +67,7 @@ for pp in 2 3 4; do
 done
 echo "$((runs - plain)) interleaved runs (pp 2..4, V 2..3, grad_acc pp and 2pp): $failures failures in all"
 
-# Why interleaved 1F1B cannot mismatch or deadlock (pipeline_parallel.c's communicate), checked on
+# Why interleaved 1F1B cannot mismatch or deadlock (pipeline_interleaved.c's communicate), checked on
 # the rule rather than on runs: every rank's exchanges, written down from Megatron's order, match
 # their peers' message for message (each direction its own communicator, matched in posting order),
 # and they fall into ticks: merge the exchanges that meet, and no rank's order runs in a cycle.

@@ -43,7 +43,7 @@ fi
 #                            + 2N [tokens, targets] + L*S(Ns)
 #   shared by every slot     S(N) [the backward's gradients: all rows] + Ns*C [dresid]
 #                            + N*v [logits] + 4N + 1 [loss buffers] + 1 [scalar]
-#                            + N*C + 2C (with it: the gathered rows and the norms' gradients)
+#                            + N*C (with it: the gathered rows)
 B=4 T=128 C=256 I=512 L=8 HEADS=8 KV=4 V=256 TP=2
 memory_run() { # NAME [--sequence_parallel]
     local name=$1; shift
@@ -64,7 +64,7 @@ expected_mb() {
         other = N * (2 * h * D + 2 * kv * D + 3 * i + h)
         residual = (L + 1) * Ns * C + L * Ns * (3 * C + 2) + Ns * C + Ns
         slot = residual + N * v + 2 * N + L * other
-        shared = N * (3 * C + 2) + other + Ns * C + N * v + 4 * N + 1 + 1 + (sp ? N * C + 2 * C : 0)
+        shared = N * (3 * C + 2) + other + Ns * C + N * v + 4 * N + 1 + 1 + (sp ? N * C : 0)
         printf "%.3f", 4 * (part == "residual" ? residual : slot + shared) / 1e6 }'
 }
 for mode in 0 1; do

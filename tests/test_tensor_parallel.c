@@ -7,13 +7,15 @@
 // its (N, V/tp) shard: NaN guards after the logits and dlogits stay unread and unwritten.
 // Sequence parallelism: the same layers with the input held as N/tp rows per rank give the rows of
 // the unsharded results (the gathered input is the whole input; a row-parallel linear's and the
-// embedding's output, and the column-parallel dinp, are this rank's rows of the whole), and the
-// norms' partial weight gradients sum over tp.
+// embedding's output, and the column-parallel dinp, are this rank's rows of the whole; the
+// row-parallel and embedding backward read only this rank's rows of dout). The norms' weight
+// gradients under sequence parallelism are checked end to end by t_66.
 // Run with mpirun -np 2 and -np 4.
 #include <math.h>
 #include <string.h>
 #include "backend/backend.h"
 #include "process_group_manager.h"
+#include "sequence_parallel.h"
 #include "tensor_parallel.h"
 #include "utils.h"
 #include "tests/test_util.h"
@@ -24,12 +26,16 @@
 
 static int failures;
 
-// sequence parallelism's buffers for (N, C) rows over tp; sequence_parallel 0: all NULL (off)
-static SequenceParallel sequence_parallel(int on, int N, int C, Group *tp) {
-    SequenceParallel sp = {.N = N, .C = C, .tp = tp};
-    if (on) sp.full = device_malloc(sizeof(float) * (N * C + 2 * C));
-    if (on) sp.norm_grads = sp.full + N * C;
-    return sp;
+// tensor parallelism over tp; seq: with the stream's (N, C) rows split over it (sp's)
+static TensorParallel tensor_parallel(Group *tp, int async, int seq, SequenceParallel *sp, int N,
+                                      int C) {
+    TensorParallel t = {.group = tp, .async = async};
+    if (seq) sequence_parallel_split(sp, &t, N, C);
+    return t;
+}
+
+static void free_split(const TensorParallel *t) {
+    if (t->split) device_free(t->split->full);
 }
 
 // the columns [c0, c0 + cols) of a (rows, ld) matrix, as a (rows, cols) one
@@ -52,7 +58,8 @@ static void check(const char *what, const float *got_dev, const float *ref, size
 static void check_column_parallel(Group *tp, int async, int seq) {
     enum { N = 24, C = 32, OC1 = 48, OC2 = 16 };
     int r = tp->rank, o1 = OC1 / tp->size, o2 = OC2 / tp->size;
-    SequenceParallel sp = sequence_parallel(seq, N, C, tp);
+    SequenceParallel sp;
+    TensorParallel t = tensor_parallel(tp, async, seq, &sp, N, C);
     int rows = seq ? N / tp->size : N, row0 = seq ? r * rows : 0; // the input rows held
     float *x = random_host(N * C), *w1 = random_host(OC1 * C), *w2 = random_host(OC2 * C);
     float *dy1 = random_host(N * OC1), *dy2 = random_host(N * OC2);
@@ -85,24 +92,23 @@ static void check_column_parallel(Group *tp, int async, int seq) {
     float *dw2_r = device_malloc(sizeof(float) * o2 * C);
     // the input this rank holds: all N rows, or its N/tp under sequence parallelism
     float *held = to_device(x + (size_t)row0 * C, sizeof(float) * rows * C);
-    const float *inp = gather_from_sequence_parallel_region(&sp, held);
     ColumnParallelOut outs[2] = {{out1, w1_r, o1}, {out2, w2_r, o2}};
-    column_parallel_linear_forward(outs, 2, inp, N, C);
+    column_parallel_linear_forward(&t, outs, 2, held, N, C);
     ColumnParallelGrad lin[2] = {{dw1_r, w1_r, dout1, o1}, {dw2_r, w2_r, dout2, o2}};
     fill(dinp, NAN, (size_t)N * C); // written, not added to: what it held must not show
-    column_parallel_linear_backward(dinp, lin, 2, inp, N, C, tp, async, &sp);
+    const float *own = column_parallel_linear_backward(&t, dinp, lin, 2, held, N, C);
     char what[80];
     snprintf(what, sizeof what, "column-parallel forward 1 (async %d, sequence %d)", async, seq);
     check(what, out1, y1_r, N * o1);
     snprintf(what, sizeof what, "column-parallel forward 2 (async %d, sequence %d)", async, seq);
     check(what, out2, y2_r, N * o2);
     snprintf(what, sizeof what, "column-parallel dinp, 2 linears (async %d, seq %d)", async, seq);
-    check(what, sequence_parallel_own_rows(&sp, dinp), dx + (size_t)row0 * C, (size_t)rows * C);
+    check(what, own, dx + (size_t)row0 * C, (size_t)rows * C);
     snprintf(what, sizeof what, "column-parallel dweight 1 (async %d, sequence %d)", async, seq);
     check(what, dw1_r, dw1 + (size_t)r * o1 * C, o1 * C);
     snprintf(what, sizeof what, "column-parallel dweight 2 (async %d, sequence %d)", async, seq);
     check(what, dw2_r, dw2 + (size_t)r * o2 * C, o2 * C);
-    if (sp.full) device_free(sp.full);
+    free_split(&t);
     float *dev[] = {X,    W1,   W2,    DY1,   DY2,  Y1,   Y2,   DX,    DW1,   DW2,
                     w1_r, w2_r, dout1, dout2, out1, out2, dinp, dw1_r, dw2_r, held};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) device_free(dev[i]);
@@ -113,7 +119,8 @@ static void check_column_parallel(Group *tp, int async, int seq) {
 static void check_row_parallel(Group *tp, int seq) {
     enum { N = 24, I = 64, C = 32 };
     int r = tp->rank, i_r = I / tp->size;
-    SequenceParallel sp = sequence_parallel(seq, N, C, tp);
+    SequenceParallel sp;
+    TensorParallel t = tensor_parallel(tp, 0, seq, &sp, N, C);
     int rows = seq ? N / tp->size : N, row0 = seq ? r * rows : 0; // the output rows held
     float *x = random_host(N * I), *w = random_host(C * I), *dy = random_host(N * C);
     float *X = to_device(x, sizeof(float) * N * I), *W = to_device(w, sizeof(float) * C * I);
@@ -130,12 +137,11 @@ static void check_row_parallel(Group *tp, int seq) {
     float *out = device_malloc(sizeof(float) * N * C);
     float *dinp = device_malloc(sizeof(float) * N * i_r);
     float *dweight = device_malloc(sizeof(float) * C * i_r);
-    row_parallel_linear_forward(out, inp, weight, N, i_r, C, tp, &sp);
-    // the backward's dout: all rows, which sequence parallelism gathers from the held ones
+    row_parallel_linear_forward(&t, out, inp, weight, N, i_r, C);
+    // the backward's dout: the rows held, which sequence parallelism gathers
     float *dy_held = to_device(dy + (size_t)row0 * C, sizeof(float) * rows * C);
-    const float *dout = gather_from_sequence_parallel_region(&sp, dy_held);
     fill(dinp, NAN, (size_t)N * i_r); // written, not added to
-    row_parallel_linear_backward(dinp, dweight, dout, inp, weight, N, i_r, C);
+    row_parallel_linear_backward(&t, dinp, dweight, dy_held, inp, weight, N, i_r, C);
     check(seq ? "row-parallel forward (reduce-scattered: this rank's rows)"
               : "row-parallel forward (all-reduced)",
           out, y + (size_t)row0 * C, (size_t)rows * C);
@@ -143,7 +149,7 @@ static void check_row_parallel(Group *tp, int seq) {
     check(seq ? "row-parallel dweight (sequence parallel)" : "row-parallel dweight", dweight, dw_r,
           C * i_r);
     device_free(dy_held);
-    if (sp.full) device_free(sp.full);
+    free_split(&t);
     float *dev[] = {X, W, DY, Y, DX, DW, inp, weight, out, dinp, dweight};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) device_free(dev[i]);
     float *host[] = {x, w, dy, y, dx, dw, x_r, w_r, dx_r, dw_r};
@@ -153,7 +159,8 @@ static void check_row_parallel(Group *tp, int seq) {
 static void check_embedding(Group *tp, int seq) {
     enum { N = 40, C = 16, V = 32 };
     int r = tp->rank, v_r = V / tp->size;
-    SequenceParallel sp = sequence_parallel(seq, N, C, tp);
+    SequenceParallel sp;
+    TensorParallel t = tensor_parallel(tp, 0, seq, &sp, N, C);
     int rows = seq ? N / tp->size : N, row0 = seq ? r * rows : 0; // the output rows held
     float *wte = random_host(V * C), *dy = random_host(N * C);
     int tokens[N];
@@ -168,40 +175,20 @@ static void check_embedding(Group *tp, int seq) {
     float *wte_r = to_device(wte + (size_t)r * v_r * C, sizeof(float) * v_r * C);
     float *out = device_malloc(sizeof(float) * N * C);
     float *dwte_r = device_malloc(sizeof(float) * v_r * C);
-    vocab_parallel_embedding_forward(out, TOK, wte_r, N, C, r * v_r, v_r, tp, &sp);
-    vocab_parallel_embedding_backward(dwte_r, DY, TOK, N, C, r * v_r, v_r);
+    float *dy_held = to_device(dy + (size_t)row0 * C, sizeof(float) * rows * C);
+    vocab_parallel_embedding_forward(&t, out, TOK, wte_r, N, C, r * v_r, v_r);
+    vocab_parallel_embedding_backward(&t, dwte_r, dy_held, TOK, N, C, r * v_r, v_r);
     check(seq ? "vocab-parallel embedding forward (this rank's rows)"
               : "vocab-parallel embedding forward",
           out, y + (size_t)row0 * C, (size_t)rows * C);
-    if (!seq)
-        check("vocab-parallel embedding dwte (this rank's rows)", dwte_r,
-              dwte + (size_t)r * v_r * C, v_r * C);
-    if (sp.full) device_free(sp.full);
+    check(seq ? "vocab-parallel embedding dwte (vocab rows; sequence parallel)"
+              : "vocab-parallel embedding dwte (this rank's vocab rows)",
+          dwte_r, dwte + (size_t)r * v_r * C, v_r * C);
+    device_free(dy_held);
+    free_split(&t);
     float *dev[] = {(float *)TOK, WTE, DY, Y, DWTE, wte_r, out, dwte_r};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) device_free(dev[i]);
     free(wte), free(dy), free(y), free(dwte);
-}
-
-// Under sequence parallelism a norm's weight gradient from this rank's rows is one term of the
-// sum over tp: what each rank writes where sequence_parallel_norm_grad says ends up added, summed,
-// to the gradient that was there (the same on every rank)
-static void check_norm_grads(Group *tp) {
-    enum { C = 16 };
-    SequenceParallel sp = sequence_parallel(1, tp->size, C, tp);
-    float *start = random_host(2 * C), *part = random_host(2 * C * tp->size);
-    float *want = xmalloc(sizeof(float) * 2 * C);
-    for (int i = 0; i < 2 * C; i++) {
-        want[i] = start[i];
-        for (int q = 0; q < tp->size; q++) want[i] += part[q * 2 * C + i];
-    }
-    float *dweight = to_device(start, sizeof(float) * 2 * C);
-    for (int i = 0; i < 2; i++)
-        host_to_device(sequence_parallel_norm_grad(&sp, dweight + i * C, i),
-                       part + (tp->rank * 2 + i) * C, sizeof(float) * C);
-    sequence_parallel_sum_norm_grads(&sp, dweight, dweight + C);
-    check("sequence-parallel norm weight gradients summed over tp", dweight, want, 2 * C);
-    device_free(dweight), device_free(sp.full);
-    free(start), free(part), free(want);
 }
 
 static void check_cross_entropy(Group *tp) {
@@ -276,7 +263,6 @@ int main(int argc, char **argv) {
         check_row_parallel(&pgm.tp, seq);
         check_embedding(&pgm.tp, seq);
     }
-    check_norm_grads(&pgm.tp);
     check_cross_entropy(&pgm.tp);
     if (pgm.global_rank == 0) printf("%d check(s) failed\n", failures);
     process_group_manager_free(&pgm);
