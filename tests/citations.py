@@ -123,6 +123,17 @@ def code_index(root, files):
     return defined, arity, called, words
 
 
+def closes_at_end(s, i):
+    """whether the parenthesis at s[i] closes at the end of s"""
+    depth = 0
+    for j in range(i, len(s)):
+        depth += s[j] == "("
+        depth -= s[j] == ")"
+        if depth == 0:
+            return j == len(s) - 1
+    return False
+
+
 def doc_spans(text):
     """(span, offset, kind) for each inline code span outside fenced blocks, kind "read" when it
     sits in a read column or starts an item of a Read list; and (target, offset) of each link"""
@@ -244,6 +255,8 @@ def main(argv):
             m = re.match(r"([A-Za-z_]\w*)\s*(\(|<)", s)
             if m and m.group(2) == "<" and not (s.endswith(">") or re.search(r">\s*\(", s)):
                 m = None  # a file name with a placeholder, log_<id>.out
+            if m and m.group(2) == "(" and not closes_at_end(s, m.end() - 1):
+                m = None  # not a call: TP(0)-CP(0)-..., a rank's name
             if m and not s.startswith(("struct ", "enum ")):
                 name = m.group(1)
                 counts["functions"] += 1
