@@ -3,7 +3,8 @@
 # tutorial/*.md name in backticks, and every file they link to (tests/citations.py says the
 # rules): a `function()` or a name in a chapter's `read` column is defined in the code, a
 # `name_with_underscore` occurs in it, a `path/file.c` is a file of the repo, `t_NN` is a test.
-# It prints how many of each it checked and each missing one as FILE:LINE.
+# It prints how many of each it checked and each missing one as FILE:LINE; and README.md must stay
+# at most 200 lines.
 # The self-check first feeds it a made-up doc: a function nobody defines, a name in a read column
 # that is no function, a bare name the code lacks, a file that is not there, a real function with
 # the wrong number of arguments and a broken link must each be reported at their line, and the
@@ -49,6 +50,11 @@ else
     sed 's/^/    /' "$dir/made_up.txt"
     failures=$((failures + 1))
 fi
+
+# the front door stays short (DESIGN.md: README.md at most 200 lines; depth goes to docs/)
+lines=$(wc -l <README.md)
+if [ "$lines" -le 200 ]; then echo "ok   README.md: $lines lines (at most 200)"
+else echo "FAIL README.md: $lines lines, more than 200: move depth to docs/"; failures=$((failures + 1)); fi
 
 # the docs themselves
 docs=(README.md)
