@@ -18,8 +18,8 @@ A doc cites code in backticks, outside fenced blocks. What it checks, against th
   files      `path` with a / or ending in .c .h .cu .sh .py .md: a file or folder of the repo,
              relative to the root or to the doc (a bare name: a file of that name anywhere in the
              repo); paths under tmp/ or $OUT, with placeholders (<...>, *, {...}) or spaces are
-             what a run writes, not the repo's. And every relative link [text](path) of a doc
-             must lead to a file.
+             what a run writes, not the repo's. And every relative link [text](path#anchor) of a
+             doc must lead to a file, and to a heading of it when it names one.
 
 Names of other projects that the docs quote (picotron's, PyTorch's, ...) are listed in FOREIGN
 below, each with its origin. It prints how many of each kind it checked and every missing one as
@@ -121,6 +121,18 @@ def code_index(root, files):
             arity.setdefault(name, []).append(c_params(m.group(2)))
         called.update(m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;]*>\s*)?\(", code))
     return defined, arity, called, words
+
+
+def anchors(path):
+    """the anchors of a markdown file's headings, as GitHub makes them"""
+    out, fenced = set(), False
+    for line in open(path, errors="replace").read().split("\n"):
+        fenced ^= line.lstrip().startswith("```")
+        m = not fenced and re.match(r"#+\s+(.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            out.add(slug)
+    return out
 
 
 def closes_at_end(s, i):
@@ -291,12 +303,16 @@ def main(argv):
                     if name not in words and name not in own_words:
                         missing.append("%s: name `%s` occurs nowhere in the code" % (where(off), name))
         for target, off in links:
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            if re.match(r"[a-z]+:", target):
                 continue
             counts["links"] += 1
-            path = target.split("#")[0]
-            if path and not os.path.exists(os.path.join(os.path.dirname(doc), path)):
+            path, _, anchor = target.partition("#")
+            file = os.path.join(os.path.dirname(doc), path) if path else doc
+            if path and not os.path.exists(file):
                 missing.append("%s: link to %s, which is not there" % (where(off), target))
+            elif anchor and file.endswith(".md") and anchor not in anchors(file):
+                missing.append("%s: link to %s: %s has no heading #%s" % (
+                    where(off), target, path or doc, anchor))
 
     print("%d docs: %d functions, %d other names, %d files, %d links checked; %d missing" % (
         len(argv), counts["functions"], counts["names"], counts["files"], counts["links"],

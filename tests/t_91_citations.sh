@@ -7,8 +7,8 @@
 # at most 200 lines.
 # The self-check first feeds it a made-up doc: a function nobody defines, a name in a read column
 # that is no function, a bare name the code lacks, a file that is not there, a real function with
-# the wrong number of arguments and a broken link must each be reported at their line, and the
-# real names beside them must not.
+# the wrong number of arguments, a broken link and a link to a missing heading must each be
+# reported at their line, and the real names beside them must not.
 cd "$(dirname "$0")/.." || exit 1
 command -v python3 >/dev/null || { echo "python3 not found: tests/citations.py needs it"; exit 77; }
 dir=$(mktemp -d /tmp/picotron-citations.XXXXXX)
@@ -28,6 +28,10 @@ Read, in `data_parallel.c`:
 
 `frobnicate_gradients()` sits in `backend/cpu/nowhere.c`, beside `layout_params` and the real
 `tensor_parallel_shard` in `tensor_parallel.c`; see [the chapter](no_such_chapter.md).
+
+## A real heading
+
+[Here](#a-real-heading) is real, [there](#no-such-heading) is not.
 EOF
 failures=0
 python3 tests/citations.py "$dir/made_up.md" >"$dir/made_up.txt"
@@ -35,16 +39,16 @@ rc=$?
 selfcheck=ok
 for want in ":5: .*frobnicate_layers" ":10: .*data_parallel_wait(dp, extra).* takes 1" \
             ":12: .*frobnicate_gradients" ":12: .*backend/cpu/nowhere.c" ":12: .*layout_params" \
-            ":13: link to no_such_chapter.md"; do
+            ":13: link to no_such_chapter.md" ":17: .*#no-such-heading"; do
     grep -q "$want" "$dir/made_up.txt" || selfcheck="FAIL: not reported: $want"
 done
-for real in model_forward "data_parallel_wait(dp)\`" tensor_parallel_shard "\`model.c\`" \
+for real in "#a-real-heading" model_forward "data_parallel_wait(dp)\`" tensor_parallel_shard "\`model.c\`" \
             "\`tensor_parallel.c\`" "\`data_parallel.c\`"; do
     ! grep -qF -- "$real" "$dir/made_up.txt" || selfcheck="FAIL: reported, but real: $real"
 done
 [ $rc -eq 1 ] || selfcheck="FAIL: exit $rc on the made-up doc, not 1"
 if [ "$selfcheck" = ok ]; then
-    echo "self-check ok: the made-up doc's 6 wrong citations are reported, its real ones are not"
+    echo "self-check ok: the made-up doc's 7 wrong citations are reported, its real ones are not"
 else
     echo "self-check $selfcheck"
     sed 's/^/    /' "$dir/made_up.txt"
