@@ -1,5 +1,6 @@
 // ./generate: text from a checkpoint, one token at a time, on one process.
 //   ./generate --checkpoint ckpt/100 --prompt "It is a truth" --max_new_tokens 200 --top_k 40
+// It prints the prompt, then the continuation as it comes (--print_ids: the new ids alone).
 // The model is the training model of a one-rank layout (B = 1, a window of T positions), with
 // the weights of a folder ./train wrote (<save_dir>/<step>, or a save_dir: its latest) or of any
 // Hugging Face Llama folder. Two ways to compute each new token's logits, which must agree:
@@ -41,7 +42,7 @@ typedef struct {
     double top_p;       // then among the fewest whose probability reaches p; 1 (default): all
     uint64_t seed;
     int kv_cache;  // 0: --no_kv_cache
-    int print_ids; // print the new ids, not their text
+    int print_ids; // print the new ids, not the prompt and the new text
 } Args;
 
 // the number after a flag: the whole text is one, in [lo, hi] (and whole, if asked); `want` says
@@ -381,6 +382,11 @@ int main(int argc, char **argv) {
     Model model;
     build_model(&model, &pgm, &cfg, folder, T);
 
+    // the prompt first, so that the continuation reads on from it
+    if (!args.print_ids) {
+        fputs(args.prompt, stdout);
+        fflush(stdout);
+    }
     double start = now_seconds();
     int made =
         generate(&model, tokens, (int)P, text_vocab, tok ? tokenizer_eot(tok) : -1, &args, tok);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every tests/t_*.sh in name order. A test script exits 0 when its claim holds, 77 when it
-# cannot run here (it prints why), anything else when it fails. Last line: "N passed, N failed".
+# cannot run here (it prints why), anything else when it fails. Each test's line gives its
+# seconds; the line before the last, the whole run's. Last line: "N passed, N failed, N skipped".
 cd "$(dirname "$0")/.." || exit 1
 export PICOTRON_BUILD=${PICOTRON_BUILD:-build}
-passed=0 failed=0 skipped=0 failures=()
+passed=0 failed=0 skipped=0 failures=() start_all=$(date +%s)
 for t in tests/t_*.sh; do
     [ -n "${TEST_FILTER:-}" ] && [[ $t != *$TEST_FILTER* ]] && continue
     start=$(date +%s)
@@ -22,5 +23,6 @@ for t in tests/t_*.sh; do
     rm -f "$log"
 done
 [ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"
+echo "total: $(( $(date +%s) - start_all ))s"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]
