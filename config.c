@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -372,9 +373,21 @@ void config_load(Config *cfg, const char *path) {
 // ---------------------------------------------------------------------------------------------
 // checking: each impossible setting is one line naming the keys, their values and the fix
 
+// the file config_validate_file checks, named in every line; "" for the run's own config
+static const char *checking = "";
+
+static void __attribute__((format(printf, 1, 2), noreturn)) config_error(const char *fmt, ...) {
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    user_error("config error: %s%s%s", checking, checking[0] ? ": " : "", msg);
+}
+
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
-        if (!(cond)) user_error("config error: " __VA_ARGS__);                                     \
+        if (!(cond)) config_error(__VA_ARGS__);                                                    \
     } while (0)
 
 static int one_of(const char *value, const char *a, const char *b) {
@@ -446,38 +459,41 @@ void config_validate(const Config *c) {
 #endif
     const struct {
         const char *key;
-        long value, min;
+        long value, min, max; // a size beyond max is a typo, not a model
     } counts[] = {
-        {"distributed.tp_size", c->tp_size, 1},
-        {"distributed.cp_size", c->cp_size, 1},
-        {"distributed.pp_size", c->pp_size, 1},
-        {"distributed.pp_virtual_stages", c->pp_virtual_stages, 1},
-        {"distributed.dp_size", c->dp_size, 1},
-        {"distributed.ep_size", c->ep_size, 1},
-        {"distributed.bucket_size_mb", c->bucket_size_mb, 1},
-        {"model.hidden_size", c->hidden_size, 1},
-        {"model.intermediate_size", c->intermediate_size, 1},
-        {"model.num_hidden_layers", c->num_hidden_layers, 1},
-        {"model.num_attention_heads", c->num_attention_heads, 1},
-        {"model.num_key_value_heads", c->num_key_value_heads, 1},
-        {"model.vocab_size", c->vocab_size, 1},
-        {"model.max_position_embeddings", c->max_position_embeddings, 1},
-        {"model.num_experts", c->num_experts, 0},
-        {"training.total_train_steps", c->total_train_steps, 1},
-        {"training.seq_length", c->seq_length, 1},
-        {"training.micro_batch_size", c->micro_batch_size, 1},
-        {"training.gradient_accumulation_steps", c->gradient_accumulation_steps, 1},
-        {"training.num_samples", c->num_samples, 0},
-        {"training.max_tokens", c->max_tokens, 0},
-        {"training.warmup_steps", c->warmup_steps, 0},
-        {"checkpoint.save_frequency", c->save_frequency, 0},
-        {"checkpoint.keep_last", c->keep_last, 0},
-        {"logging.trace_steps", c->trace_steps, 1},
-        {"environment.OMP_NUM_THREADS", c->omp_num_threads, 1},
+        {"distributed.tp_size", c->tp_size, 1, 1 << 20},
+        {"distributed.cp_size", c->cp_size, 1, 1 << 20},
+        {"distributed.pp_size", c->pp_size, 1, 1 << 20},
+        {"distributed.pp_virtual_stages", c->pp_virtual_stages, 1, 1 << 10},
+        {"distributed.dp_size", c->dp_size, 1, 1 << 20},
+        {"distributed.ep_size", c->ep_size, 1, 1 << 20},
+        {"distributed.bucket_size_mb", c->bucket_size_mb, 1, 1 << 20},
+        {"model.hidden_size", c->hidden_size, 1, 1 << 17},
+        {"model.intermediate_size", c->intermediate_size, 1, 1 << 20},
+        {"model.num_hidden_layers", c->num_hidden_layers, 1, 1 << 14},
+        {"model.num_attention_heads", c->num_attention_heads, 1, 1 << 14},
+        {"model.num_key_value_heads", c->num_key_value_heads, 1, 1 << 14},
+        {"model.vocab_size", c->vocab_size, 1, 1 << 24},
+        {"model.max_position_embeddings", c->max_position_embeddings, 1, 1 << 24},
+        {"model.num_experts", c->num_experts, 0, 1 << 14},
+        {"training.total_train_steps", c->total_train_steps, 1, 1 << 30},
+        {"training.seq_length", c->seq_length, 1, 1 << 24},
+        {"training.micro_batch_size", c->micro_batch_size, 1, 1 << 20},
+        {"training.gradient_accumulation_steps", c->gradient_accumulation_steps, 1, 1 << 20},
+        {"training.num_samples", c->num_samples, 0, LONG_MAX},
+        {"training.max_tokens", c->max_tokens, 0, LONG_MAX},
+        {"training.warmup_steps", c->warmup_steps, 0, 1 << 30},
+        {"checkpoint.save_frequency", c->save_frequency, 0, 1 << 30},
+        {"checkpoint.keep_last", c->keep_last, 0, 1 << 20},
+        {"logging.trace_steps", c->trace_steps, 1, 1 << 30},
+        {"environment.OMP_NUM_THREADS", c->omp_num_threads, 1, 1 << 16},
     };
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         CHECK(counts[i].value >= counts[i].min, "%s = %ld must be at least %ld", counts[i].key,
               counts[i].value, counts[i].min);
+        CHECK(counts[i].value <= counts[i].max, "%s = %ld must be at most %ld", counts[i].key,
+              counts[i].value, counts[i].max);
+    }
 
     CHECK(!(c->zero1 && c->dp_naive),
           "distributed.zero1 and distributed.dp_naive are both true: ZeRO-1 reduce-scatters the "
@@ -491,7 +507,8 @@ void config_validate(const Config *c) {
     CHECK(one_of(c->lr_decay, "constant", "cosine"),
           "training.lr_decay = \"%s\" must be \"constant\" or \"cosine\"", c->lr_decay);
 
-    CHECK(c->learning_rate > 0, "training.learning_rate = %g must be positive", c->learning_rate);
+    CHECK(c->learning_rate > 0 && isfinite(c->learning_rate),
+          "training.learning_rate = %g must be positive and finite", c->learning_rate);
     CHECK(c->min_lr >= 0 && c->min_lr <= c->learning_rate,
           "training.min_lr = %g must lie in [0, training.learning_rate = %g]", c->min_lr,
           c->learning_rate);
@@ -578,6 +595,12 @@ void config_validate(const Config *c) {
     CHECK(c->save_frequency == 0 || c->save_dir[0] != '\0',
           "checkpoint.save_frequency = %d but checkpoint.save_dir is empty (name a folder)",
           c->save_frequency);
+}
+
+void config_validate_file(const Config *c, const char *file) {
+    checking = file;
+    config_validate(c);
+    checking = "";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -718,7 +741,8 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
         } else if (keys[k].type == HF_FLOAT && cJSON_IsNumber(item)) {
             *(float *)dst = (float)item->valuedouble;
         } else if (keys[k].type == HF_INT && cJSON_IsNumber(item) &&
-                   item->valuedouble == floor(item->valuedouble) && item->valuedouble < INT_MAX) {
+                   item->valuedouble == floor(item->valuedouble) && item->valuedouble < INT_MAX &&
+                   item->valuedouble > INT_MIN) { // its range: config_validate_file
             *(int *)dst = (int)item->valuedouble;
         } else {
             user_error("%s %s: %s has the wrong type", who, path, keys[k].key);

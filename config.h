@@ -65,6 +65,9 @@ void config_load(Config *cfg, const char *path);
 void config_defaults(Config *cfg); // picotron's defaults, the tiny model
 // the sizes and combinations a run needs; the world size is process_group_manager_init's to check
 void config_validate(const Config *cfg);
+// config_validate, every line naming file (a checkpoint's or a model folder's config.json): a
+// config read from a file this run did not write is checked as the run's own
+void config_validate_file(const Config *cfg, const char *file);
 // Writes cfg as a complete config.json (create_config uses it); 0 on success
 int config_save(const Config *cfg, const char *path);
 // A Hugging Face config.json (or its folder): its architecture into cfg's model keys; a missing
