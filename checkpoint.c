@@ -5,6 +5,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/file.h>
@@ -30,8 +32,9 @@ static uint64_t splitmix64(uint64_t x) {
 }
 
 // A tensor's checksum that ranks holding disjoint blocks of it can add up: each element's bits
-// hashed with its index in the full tensor, summed mod 2^64. Any flipped bit changes it.
-static uint64_t checksum_block(const float *block, const ParamInfo *p) {
+// hashed with its index in the full tensor, summed mod 2^64. Any flipped bit changes it. The same
+// pass clears *finite at an inf or a NaN: no checkpoint is written or read with one.
+static uint64_t checksum_block(const float *block, const ParamInfo *p, int *finite) {
     uint64_t sum = 0;
     for (int r = 0; r < p->rows; r++)
         for (int c = 0; c < p->cols; c++) {
@@ -39,6 +42,7 @@ static uint64_t checksum_block(const float *block, const ParamInfo *p) {
             memcpy(&bits, &block[(size_t)r * p->cols + c], sizeof bits);
             uint64_t index = (uint64_t)(p->row0 + r) * p->global_cols + p->col0 + c;
             sum += splitmix64(index << 32 | bits);
+            *finite &= (bits & 0x7f800000u) != 0x7f800000u; // exponent all ones: inf or NaN
         }
     return sum;
 }
@@ -54,7 +58,7 @@ static int owns_block(const Model *model, const ParamInfo *p) {
 // Does this rank write p's elements of this part, and count them in the checksum? The moments
 // under ZeRO-1 are each rank's own (its shard of every tensor that counts once); else owns_block.
 static int writes_block(const Model *model, const Optimizer *opt, const ParamInfo *p, int part) {
-    if (part > 0 && opt->sharded) return model_param_counts_once(model, p);
+    if (part > 0 && opt && opt->sharded) return model_param_counts_once(model, p);
     return owns_block(model, p);
 }
 
@@ -122,11 +126,12 @@ static const SafetensorsTensor *find_tensor(const SafetensorsFile **file,
 }
 
 // reads this rank's elements of every tensor of one part into host (the part's buffer: the
-// parameters, or opt's moments; opt NULL: the parameters only); with sums, adds the checksum of
-// each block this rank writes at its whole-model index
+// parameters, or opt's moments; opt NULL: every element of p at p->offset); with sums, adds the
+// checksum of each block this rank writes at its whole-model index. *nonfinite: lowered to
+// part * n + that index for a tensor holding an inf or a NaN (the caller starts it at 3n).
 static void read_part(float *host, const Model *model, const Optimizer *opt,
                       const SafetensorsFile *files, int num_files, int part, uint64_t *sums,
-                      const ParamInfo *full, int n) {
+                      const ParamInfo *full, int n, int *nonfinite) {
     ParamInfo *blocks = xmalloc(3 * (opt ? opt->num_ranges : 1) * sizeof(ParamInfo));
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
@@ -135,18 +140,31 @@ static void read_part(float *host, const Model *model, const Optimizer *opt,
         int count = part_blocks(blocks, p, opt, part);
         for (int k = 0; k < count; k++) {
             safetensors_read_block(host + blocks[k].offset, f, t, &blocks[k]);
-            if (sums && writes_block(model, opt, p, part))
-                sums[part * n + full_index(full, n, p->name)] +=
-                    checksum_block(host + blocks[k].offset, &blocks[k]);
+            int finite = 1, j = full_index(full, n, p->name);
+            uint64_t sum = checksum_block(host + blocks[k].offset, &blocks[k], &finite);
+            if (sums && writes_block(model, opt, p, part)) sums[part * n + j] += sum;
+            if (!finite && part * n + j < *nonfinite) *nonfinite = part * n + j;
         }
     }
     free(blocks);
 }
 
+void checkpoint_read_config(Config *cfg, const char *folder, const char *who) {
+    char file[1100];
+    snprintf(file, sizeof file, "%s/config.json", folder);
+    config_read_hf(cfg, folder, who);
+    // the architecture alone, under a one-rank layout: the run's layout is config_load's to check
+    Config one = *cfg;
+    one.tp_size = one.cp_size = one.pp_size = one.dp_size = one.ep_size = 1;
+    one.pp_virtual_stages = one.micro_batch_size = one.seq_length = 1;
+    one.cp_zigzag = one.sequence_parallel = one.zero1 = one.dp_naive = 0;
+    config_validate_file(&one, file);
+}
+
 // The architecture keys that change the numbers must match; one line names the first that does not
 static void check_architecture(const Config *cfg, const char *folder, const char *who) {
     Config saved = *cfg;
-    config_read_hf(&saved, folder, who);
+    checkpoint_read_config(&saved, folder, who);
     const struct {
         const char *key;
         double saved, current;
@@ -251,12 +269,47 @@ static void take_lock(char *why, size_t size, const char *save_dir) {
                  strerror(errno));
 }
 
-void checkpoint_lock(const char *save_dir, ProcessGroupManager *pgm) {
-    char why[1400] = "";
-    if (pgm->global_rank == 0) take_lock(why, sizeof why, save_dir);
+// rank 0: why save_dir cannot be written, or "": a folder made and removed in it, or in the
+// nearest folder above it that exists (nothing is left behind, save_dir itself is not made)
+static void probe_writable(char *why, size_t size, const char *save_dir) {
+    char parent[1024], probe[1100];
+    struct stat st;
+    snprintf(parent, sizeof parent, "%s", save_dir);
+    while (stat(parent, &st) != 0) {
+        char *slash = strrchr(parent, '/');
+        if (!slash)
+            snprintf(parent, sizeof parent, ".");
+        else if (slash == parent)
+            parent[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    snprintf(probe, sizeof probe, "%s/.picotron-probe-XXXXXX", parent);
+    errno = ENOTDIR;
+    if (!S_ISDIR(st.st_mode) || !mkdtemp(probe) || rmdir(probe) != 0)
+        snprintf(why, size,
+                 "checkpoint error: cannot write in checkpoint.save_dir %s: %s (name a folder you "
+                 "can write)",
+                 save_dir, strerror(errno));
+}
+
+// every rank exits, rank 0 saying why, when rank 0 found a reason
+static void agree(const char *why, ProcessGroupManager *pgm) {
     int failed = why[0] != '\0';
     all_reduce_host(&failed, 1, MPI_INT, MPI_MAX, &pgm->world);
     if (failed) user_error("%s", why); // rank 0 knows why and says it; all exit
+}
+
+void checkpoint_lock(const char *save_dir, ProcessGroupManager *pgm) {
+    char why[1400] = "";
+    if (pgm->global_rank == 0) take_lock(why, sizeof why, save_dir);
+    agree(why, pgm);
+}
+
+void checkpoint_check_writable(const char *save_dir, ProcessGroupManager *pgm) {
+    char why[1400] = "";
+    if (pgm->global_rank == 0) probe_writable(why, sizeof why, save_dir);
+    agree(why, pgm);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,21 +405,31 @@ static int by_step_descending(const void *a, const void *b) {
     return *(const int *)b - *(const int *)a;
 }
 
-// removes all but the newest keep_last complete checkpoints (folders named by their step)
-static void keep_newest(const char *save_dir, int keep_last) {
+// The step folders of save_dir (names all digits, at most 9 of them) into steps, those of steps
+// after `after` only; returns how many (at most max)
+static int step_folders(int *steps, int max, const char *save_dir, int after) {
     DIR *d = opendir(save_dir);
-    if (!d || keep_last <= 0) {
-        if (d) closedir(d);
-        return;
-    }
-    int steps[4096], n = 0;
-    for (struct dirent *e; (e = readdir(d)) && n < 4096;)
-        if (e->d_name[0] && strspn(e->d_name, "0123456789") == strlen(e->d_name))
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) && n < max;) {
+        size_t len = strlen(e->d_name);
+        if (len && len <= 9 && strspn(e->d_name, "0123456789") == len && atoi(e->d_name) > after)
             steps[n++] = atoi(e->d_name);
-    closedir(d);
+    }
+    if (d) closedir(d);
     qsort(steps, n, sizeof(int), by_step_descending);
+    return n;
+}
+
+// Keeps the newest keep_last checkpoints up to step, the one just written (which latest names);
+// folders of later steps, which a run resumed from an earlier checkpoint finds, are never removed
+// here (checkpoint_load says so at start-up)
+static void keep_newest(const char *save_dir, int keep_last, int step) {
+    if (keep_last <= 0) return;
+    int steps[4096], n = step_folders(steps, 4096, save_dir, 0);
     char path[1100];
-    for (int i = keep_last; i < n; i++) {
+    // newest first: step itself is the first of those up to it, so it is always kept
+    for (int i = 0, kept = 0; i < n; i++) {
+        if (steps[i] > step || kept++ < keep_last) continue;
         snprintf(path, sizeof path, "%s/%d", save_dir, steps[i]);
         remove_checkpoint_dir(path);
     }
@@ -391,6 +454,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     // the other data- and context-parallel replicas hold copies: they copy and write nothing,
     // except each one's shard of the moments under ZeRO-1
     int writer = pgm->dp_rank < pgm->ep_size && pgm->cp_rank == 0; // the first ep group's
+    int nonfinite = NUM_PARTS * n; // the first tensor (part * n + index) with an inf or a NaN
     for (int part = 0; part < NUM_PARTS; part++) {
         if (!writer && !(part > 0 && opt->sharded)) continue;
         size_t floats = part == 0 ? model->num_params : opt->num_params;
@@ -406,8 +470,9 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
             int count = part_blocks(blocks, p, opt, part);
             for (int k = 0; k < count; k++) {
                 safetensors_write_block(&f, t, host + blocks[k].offset, &blocks[k]);
-                sums[part * n + full_index(full, n, p->name)] +=
-                    checksum_block(host + blocks[k].offset, &blocks[k]);
+                int finite = 1, j = part * n + full_index(full, n, p->name);
+                sums[j] += checksum_block(host + blocks[k].offset, &blocks[k], &finite);
+                if (!finite && j < nonfinite) nonfinite = j;
             }
         }
         safetensors_close(&f); // synced
@@ -418,9 +483,16 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     if (kill_rank && atoi(kill_rank) == pgm->global_rank) raise(SIGKILL);
     // once the sums are in, every rank's blocks are on disk
     all_reduce_host(sums, NUM_PARTS * n, MPI_UINT64_T, MPI_SUM, &pgm->world);
+    all_reduce_host(&nonfinite, 1, MPI_INT, MPI_MIN, &pgm->world);
+    if (nonfinite < NUM_PARTS * n) { // latest keeps naming the last finite checkpoint
+        if (pgm->global_rank == 0) remove_checkpoint_dir(tmp);
+        user_error("checkpoint error: refusing to save step %d: tensor %s%s holds an inf or a "
+                   "NaN (%s/latest still names the last complete, finite checkpoint)",
+                   step, full[nonfinite % n].name, PARTS[nonfinite / n].suffix, cfg->save_dir);
+    }
     if (pgm->global_rank == 0) {
         commit_save(dir, tmp, step, model, opt, full, n, sums);
-        keep_newest(cfg->save_dir, cfg->keep_last);
+        keep_newest(cfg->save_dir, cfg->keep_last, step);
     }
     barrier(&pgm->world);
     if (pgm->global_rank == 0) {
@@ -443,7 +515,16 @@ int checkpoint_latest(char *dir, size_t size, const char *save_dir) {
     snprintf(file, sizeof file, "%s/latest", save_dir);
     char *latest = read_whole_file(file, NULL);
     if (!latest) return 0;
-    snprintf(dir, size, "%s/%d", save_dir, atoi(latest));
+    // a step number and a newline, as commit_save writes it
+    char *end = latest;
+    long step = strtol(latest, &end, 10);
+    int whole =
+        end != latest && latest[0] != '-' && latest[0] != '+' && strspn(end, "\n") == strlen(end);
+    if (!whole || step < 1 || step > 1 << 30)
+        user_error("checkpoint error: %s holds \"%.20s\", not a step from 1 to 2^30 (it names the "
+                   "newest <step> folder beside it: write that step, or remove the file)",
+                   file, latest);
+    snprintf(dir, size, "%s/%ld", save_dir, step);
     free(latest);
     return 1;
 }
@@ -462,11 +543,46 @@ static int find_checkpoint(char *dir, size_t size, const char *path, const Confi
                path);
 }
 
-static long state_number(const cJSON *state, const char *key, const char *dir) {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(state, key);
+// state.json's obj.key (section: "" or "layout."), a whole number in [lo, hi]; else one line
+// naming the file, the key and the range
+static long state_int(const cJSON *obj, const char *section, const char *key, const char *file,
+                      double lo, double hi) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!cJSON_IsNumber(item))
-        user_error("checkpoint error: %s/state.json has no %s (save it again)", dir, key);
-    return (long)item->valuedouble;
+        user_error("checkpoint error: %s has no number %s%s (save it again, or resume from an "
+                   "earlier checkpoint)",
+                   file, section, key);
+    double v = item->valuedouble;
+    if (!(v >= lo && v <= hi) || v != floor(v))
+        user_error("checkpoint error: %s: %s%s = %.17g is not a whole number from %.0f to %.0f "
+                   "(the file was edited or damaged: resume from an earlier checkpoint)",
+                   file, section, key, v, lo, hi);
+    return (long)v;
+}
+
+// state.json's numbers, each in its range: the step, AdamW's step, the batch, the layout
+static void read_state(const cJSON *state, const char *file, int *step, int *optimizer_step,
+                       long *samples) {
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(state, "format");
+    if (!cJSON_IsString(format) || strcmp(format->valuestring, "picotron.c checkpoint 1") != 0)
+        user_error("checkpoint error: %s: format is not \"picotron.c checkpoint 1\" (not a "
+                   "picotron.c checkpoint, or a newer one)",
+                   file);
+    *step = (int)state_int(state, "", "step", file, 1, 1 << 30);
+    *optimizer_step = (int)state_int(state, "", "optimizer_step", file, 0, *step);
+    *samples = state_int(state, "", "samples_per_step", file, 1, 0x1p53);
+    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(state, "layout");
+    const char *sizes[] = {"dp_size", "tp_size", "pp_size", "cp_size", "ep_size"};
+    for (int i = 0; i < 5; i++) state_int(layout, "layout.", sizes[i], file, 1, 1 << 20);
+}
+
+// rank 0: one line when save_dir holds checkpoints of steps after the one this run resumes from
+static void note_later_steps(const char *save_dir, int step) {
+    int later[4096], n = step_folders(later, 4096, save_dir, step);
+    if (n > 0)
+        printf("note: %s holds %d checkpoint%s of later steps than %d (the newest %d): kept; this "
+               "run's saves of the same steps replace them, and keep_last never removes them\n",
+               save_dir, n, n == 1 ? "" : "s", step, later[0]);
 }
 
 int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
@@ -481,6 +597,9 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
         user_error("checkpoint error: %s is missing or damaged (an unfinished save? load_path = "
                    "the save_dir takes its latest complete checkpoint)",
                    file);
+    int step, optimizer_step;
+    long samples;
+    read_state(state, file, &step, &optimizer_step, &samples);
     check_architecture(cfg, dir, "checkpoint error:");
     architecture_fingerprint(fingerprint, cfg);
     const cJSON *saved = cJSON_GetObjectItemCaseSensitive(state, "architecture_fingerprint");
@@ -488,8 +607,7 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
         user_error("checkpoint error: %s's architecture fingerprint differs from this config's "
                    "(its config.json was edited?)",
                    file);
-    long samples = state_number(state, "samples_per_step", dir);
-    if (samples != samples_per_step(cfg))
+    if (opt && samples != samples_per_step(cfg)) // ./generate (no opt) continues no data
         user_error("checkpoint error: %s was trained with %ld samples per step, this config has "
                    "%ld: keep micro_batch_size x gradient_accumulation_steps x dp_size at %ld so "
                    "the data continues where it stopped",
@@ -501,16 +619,18 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
         safetensors_open(&files[i], file, 0);
     }
     ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
-    int n = model_full_table(full, cfg);
+    int n = model_full_table(full, cfg), nonfinite = NUM_PARTS * n;
     uint64_t *sums = xmalloc(NUM_PARTS * n * sizeof(uint64_t));
     float *host = xmalloc(model->num_params * sizeof(float));
-    float *buffers[NUM_PARTS] = {model->params, opt->m, opt->v};
+    // without opt (./generate) the moments are read and checked, and kept nowhere
+    float *buffers[NUM_PARTS] = {model->params, opt ? opt->m : NULL, opt ? opt->v : NULL};
     for (int part = 0; part < NUM_PARTS; part++) {
-        read_part(host, model, opt, &files[part ? 1 : 0], 1, part, sums, full, n);
-        size_t floats = part == 0 ? model->num_params : opt->num_params;
-        host_to_device(buffers[part], host, floats * sizeof(float));
+        read_part(host, model, opt, &files[part ? 1 : 0], 1, part, sums, full, n, &nonfinite);
+        size_t floats = part == 0 ? model->num_params : opt ? opt->num_params : 0;
+        if (buffers[part]) host_to_device(buffers[part], host, floats * sizeof(float));
     }
     all_reduce_host(sums, NUM_PARTS * n, MPI_UINT64_T, MPI_SUM, &model->pgm->world);
+    all_reduce_host(&nonfinite, 1, MPI_INT, MPI_MIN, &model->pgm->world);
     const cJSON *checksums = cJSON_GetObjectItemCaseSensitive(state, "checksums");
     for (int part = 0; part < NUM_PARTS; part++)
         for (int j = 0; j < n; j++) {
@@ -524,8 +644,15 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
                            "file is damaged; resume from an earlier checkpoint)",
                            dir, PARTS[part].file, name);
         }
-    opt->step = (int)state_number(state, "optimizer_step", dir); // AdamW's bias correction
-    int step = (int)state_number(state, "step", dir);
+    // checksums that match an inf or a NaN: saved so (by a version without this check), or crafted
+    if (nonfinite < NUM_PARTS * n)
+        user_error("checkpoint error: %s/%s: tensor %s%s holds an inf or a NaN: the input weights "
+                   "are not finite (resume from an earlier checkpoint)",
+                   dir, PARTS[nonfinite / n].file, full[nonfinite % n].name,
+                   PARTS[nonfinite / n].suffix);
+    if (opt) opt->step = optimizer_step; // AdamW's bias correction
+    if (opt && cfg->save_dir[0] && model->pgm->global_rank == 0)
+        note_later_steps(cfg->save_dir, step);
     for (int i = 0; i < 2; i++) safetensors_close(&files[i]);
     cJSON_Delete(state);
     free(host);
@@ -565,8 +692,16 @@ void checkpoint_init_from(Model *model, const char *folder) {
         cJSON_Delete(index);
     }
     float *host = xmalloc(model->num_params * sizeof(float));
-    read_part(host, model, NULL, files, num_files, 0, NULL, NULL, 0);
+    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
+    int n = model_full_table(full, &model->cfg), nonfinite = n;
+    read_part(host, model, NULL, files, num_files, 0, NULL, full, n, &nonfinite);
+    all_reduce_host(&nonfinite, 1, MPI_INT, MPI_MIN, &model->pgm->world);
+    if (nonfinite < n)
+        user_error("checkpoint.init_from %s: tensor %s holds an inf or a NaN: the input weights "
+                   "are not finite (nothing was trained; fix or re-export them)",
+                   folder, full[nonfinite].name);
     host_to_device(model->params, host, model->num_params * sizeof(float));
+    free(full);
     free(host);
     for (int i = 0; i < num_files; i++) safetensors_close(&files[i]);
 }

@@ -22,6 +22,7 @@
 #include <omp.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "backend/backend.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -171,7 +172,13 @@ static void build_model(Model *model, ProcessGroupManager *pgm, Config *cfg, con
                         .positions = positions,
                         .stream_rows = cfg->micro_batch_size * T};
     model_init(model, cfg, pgm, &shard, 1);
-    checkpoint_init_from(model, folder);
+    // a folder ./train wrote is checked as ./train checks it when it resumes; else Hugging Face's
+    char state[1300];
+    snprintf(state, sizeof state, "%s/state.json", folder);
+    if (access(state, F_OK) == 0)
+        checkpoint_load(model, NULL, folder);
+    else
+        checkpoint_init_from(model, folder);
     free(positions);
 }
 
@@ -355,7 +362,7 @@ int main(int argc, char **argv) {
     find_model_folder(folder, sizeof folder, args.checkpoint);
     Config cfg;
     config_defaults(&cfg);
-    config_read_hf(&cfg, folder, "generate: --checkpoint");
+    checkpoint_read_config(&cfg, folder, "generate: --checkpoint");
     // decode_step is the dense MLP's: a mixture of experts runs the training forward each token
     if (cfg.num_experts > 0) args.kv_cache = 0;
 
