@@ -68,6 +68,40 @@ void first_nonfinite_gradient(char *name, size_t size, Model *model, const Optim
     free(full);
 }
 
+int first_nonfinite_param(char *name, size_t size, Model *model, const Optimizer *opt) {
+    float squares = 0.0f; // a quick pass: inf or NaN if any element is one (or beyond 1e19)
+    device_zero(model->scalar, sizeof(float));
+    for (int r = 0; r < opt->num_ranges; r++)
+        if (opt->size[r] > 0)
+            sum_squares(model->scalar, model->params + opt->start[r], opt->size[r]);
+    device_to_host(&squares, model->scalar, sizeof(float));
+    int suspect = !isfinite(squares);
+    all_reduce_host(&suspect, 1, MPI_INT, MPI_MAX, &model->pgm->world);
+    name[0] = '\0';
+    if (!suspect) return 0;
+    // then tensor by tensor, element by element on the host: a huge finite weight is not blamed
+    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
+    int n = model_full_table(full, &model->cfg), first = n;
+    float *host = xmalloc(model->num_params * sizeof(float));
+    device_to_host(host, model->params, model->num_params * sizeof(float));
+    for (int i = 0; i < model->num_tensors && first == n; i++) {
+        const ParamInfo *p = &model->table[i];
+        size_t lo = p->offset, hi = lo + (size_t)p->rows * p->cols;
+        for (int r = 0; r < opt->num_ranges; r++) {
+            size_t at = lo > opt->start[r] ? lo : opt->start[r];
+            size_t end = hi < opt->start[r] + opt->size[r] ? hi : opt->start[r] + opt->size[r];
+            for (; at < end && isfinite(host[at]); at++) {
+            }
+            if (at < end) first = param_table_find(full, n, p->name);
+        }
+    }
+    all_reduce_host(&first, 1, MPI_INT, MPI_MIN, &model->pgm->world);
+    if (first < n) snprintf(name, size, "%s", full[first].name);
+    free(host);
+    free(full);
+    return first < n;
+}
+
 // moments for the given ranges of the flat buffers, back to back
 void optimizer_init_ranges(Optimizer *opt, const Config *cfg, int num_ranges, const size_t *start,
                            const size_t *size) {

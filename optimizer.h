@@ -35,3 +35,7 @@ float clip_grad_norm(Model *model, const Optimizer *opt);
 // the same on every rank; "none (...)" when every gradient is finite (in opt's ranges: ZeRO-1's
 // shard is all of the gradient a rank holds)
 void first_nonfinite_gradient(char *name, size_t size, Model *model, const Optimizer *opt);
+// After an update: the whole-model name of the first tensor whose parameters in opt's ranges hold
+// an inf or a NaN, the same on every rank, and 1; else "" and 0. One sum of squares when all are
+// finite, the common case.
+int first_nonfinite_param(char *name, size_t size, Model *model, const Optimizer *opt);

@@ -151,7 +151,11 @@ int main(int argc, char **argv) {
                model.num_params, cfg.model_name);
 
     // the data position follows from the step, so a resumed run continues where it stopped
-    if (cfg.save_frequency > 0) checkpoint_lock(cfg.save_dir, &pgm);
+    // everything the run writes is proven writable before step 1 (logging.trace: trace_init)
+    if (cfg.save_frequency > 0)
+        checkpoint_lock(cfg.save_dir, &pgm);
+    else if (cfg.save_dir[0])
+        checkpoint_check_writable(cfg.save_dir, &pgm); // a signal's save
     if (cfg.init_from[0]) checkpoint_init_from(&model, cfg.init_from);
     int first_step = cfg.load_path[0] ? checkpoint_load(&model, &opt, cfg.load_path) + 1 : 1;
     if (first_step > cfg.total_train_steps && pgm.global_rank == 0)
@@ -185,16 +189,23 @@ int main(int argc, char **argv) {
         int stop[2] = {stop_signal_caught(),
                        !isfinite(norm) || (pgm.pp_is_last && !isfinite(loss))};
         all_reduce_host(stop, 2, MPI_INT, MPI_MAX, &pgm.world);
+        // the weights going in are finite (checked when loaded or imported, and after each
+        // update): the first inf or NaN appeared in this step's loss or gradients, or its update
+        char name[128];
         if (stop[1]) {
-            char name[128];
             first_nonfinite_gradient(name, sizeof name, &model, &opt);
             user_error("training diverged at step %d (learning rate %g): the loss or the gradient "
-                       "norm is not finite; first tensor with a non-finite gradient: %s. Lower "
-                       "training.learning_rate or set training.grad_clip; nothing of this step "
-                       "was saved",
+                       "norm is not finite, the weights going in were; first tensor with a "
+                       "non-finite gradient: %s. Lower training.learning_rate or set "
+                       "training.grad_clip; nothing of this step was saved",
                        step, learning_rate_at(&cfg, step), name);
         }
         optimizer_step(&opt, model.params, model.grads, learning_rate_at(&cfg, step));
+        if (first_nonfinite_param(name, sizeof name, &model, &opt))
+            user_error("training diverged at step %d (learning rate %g) in the update: the loss "
+                       "and the gradients were finite (norm %g), AdamW's update made tensor %s "
+                       "not finite. Lower training.learning_rate; nothing of this step was saved",
+                       step, learning_rate_at(&cfg, step), norm, name);
         if (sharded) zero_all_gather_params(&zero, model.params);
         trace_end(EV_OPTIMIZER, -1, -1, optimizer_start);
         loss = average_loss_across_dp_cp_ranks(loss, model.scalar, &pgm.cp_dp);
@@ -247,7 +258,7 @@ int main(int argc, char **argv) {
                  : cfg.zero1  ? "ZeRO-1"
                               : "bucketed",
                  cfg.gradient_accumulation_steps, cfg.pp_engine, cfg.pp_virtual_stages);
-    if (metrics) fclose(metrics);
+    if (metrics) metrics_close(metrics);
     pipeline_parallel_free(&pipe);
     if (cfg.sequence_parallel) sequence_parallel_free(&sp);
     if (sharded) zero_free(&zero);
