@@ -520,6 +520,7 @@ int checkpoint_latest(char *dir, size_t size, const char *save_dir) {
     long step = strtol(latest, &end, 10);
     int whole =
         end != latest && latest[0] != '-' && latest[0] != '+' && strspn(end, "\n") == strlen(end);
+    latest[strcspn(latest, "\n")] = '\0'; // the message stays one line
     if (!whole || step < 1 || step > 1 << 30)
         user_error("checkpoint error: %s holds \"%.20s\", not a step from 1 to 2^30 (it names the "
                    "newest <step> folder beside it: write that step, or remove the file)",

@@ -744,6 +744,9 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
                    item->valuedouble == floor(item->valuedouble) && item->valuedouble < INT_MAX &&
                    item->valuedouble > INT_MIN) { // its range: config_validate_file
             *(int *)dst = (int)item->valuedouble;
+        } else if (keys[k].type == HF_INT && cJSON_IsNumber(item)) {
+            user_error("%s %s: %s = %.17g is not a whole number from -2^31 to 2^31 - 1", who, path,
+                       keys[k].key, item->valuedouble);
         } else {
             user_error("%s %s: %s has the wrong type", who, path, keys[k].key);
         }
@@ -752,7 +755,7 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
     if (cfg->num_experts > 0 && cfg->moe_intermediate_size == 0) // Mixtral's experts
         cfg->moe_intermediate_size = cfg->intermediate_size;
     const cJSON *head_dim = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
-    if (cJSON_IsNumber(head_dim) && cfg->num_attention_heads > 0 &&
+    if (cJSON_IsNumber(head_dim) && cfg->num_attention_heads > 0 && cfg->hidden_size > 0 &&
         head_dim->valuedouble != cfg->hidden_size / cfg->num_attention_heads)
         user_error(
             "%s %s: head_dim = %g is not hidden_size / num_attention_heads = %d (picotron.c's "

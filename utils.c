@@ -73,6 +73,9 @@ void user_error(const char *fmt, ...) {
     }
     if (world_rank() == 0) fprintf(stderr, "%s\n", msg);
     fflush(stderr);
+    // after a stop signal mpirun (MPICH's hydra) may report 0 for ranks that finalize and exit 1:
+    // the job ends by MPI_Abort then, whose status it always reports (tests/t_61)
+    if (stop_signal_caught()) end_job(1);
     MPI_Finalize();
     exit(1);
 }
