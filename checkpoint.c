@@ -537,7 +537,13 @@ static int find_checkpoint(char *dir, size_t size, const char *path, const Confi
     char file[1100];
     snprintf(file, sizeof file, "%s/state.json", path);
     if (stat(file, &st) == 0) return snprintf(dir, size, "%s", path), 1;
-    if (checkpoint_latest(dir, size, path)) return 1;
+    if (checkpoint_latest(dir, size, path)) {
+        if (stat(dir, &st) != 0)
+            user_error("checkpoint error: %s/latest names %s, which is not there (removed by "
+                       "hand? write the newest step folder's number into latest)",
+                       path, dir);
+        return 1;
+    }
     if (strcmp(path, cfg->save_dir) == 0 && (stat(path, &st) != 0 || S_ISDIR(st.st_mode))) return 0;
     user_error("checkpoint error: %s holds no complete checkpoint (no state.json, no latest): "
                "checkpoint.load_path names a <save_dir>/<step> folder or a save_dir",
@@ -572,6 +578,11 @@ static void read_state(const cJSON *state, const char *file, int *step, int *opt
     *step = (int)state_int(state, "", "step", file, 1, 1 << 30);
     *optimizer_step = (int)state_int(state, "", "optimizer_step", file, 0, *step);
     *samples = state_int(state, "", "samples_per_step", file, 1, 0x1p53);
+    // the counts are the step's: a file that disagrees with itself was edited
+    long seen = *step * *samples;
+    state_int(state, "", "samples_seen", file, seen, seen);
+    state_int(state, "", "tokens_seen", file, 0, 0x1p53);
+    state_int(state, "", "seed", file, INT_MIN, INT_MAX);
     const cJSON *layout = cJSON_GetObjectItemCaseSensitive(state, "layout");
     const char *sizes[] = {"dp_size", "tp_size", "pp_size", "cp_size", "ep_size"};
     for (int i = 0; i < 5; i++) state_int(layout, "layout.", sizes[i], file, 1, 1 << 20);

@@ -26,6 +26,9 @@ static void __attribute__((noreturn)) end_job(int code) {
     MPI_Finalized(&finalized);
     fflush(stdout);
     fflush(stderr);
+    // mpirun's proxy stops forwarding output once the abort reaches it: give the line time to
+    // leave first (t_61 lost it 2 times in 6 without this)
+    if (initialized && !finalized) usleep(200 * 1000);
     if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }

@@ -72,12 +72,20 @@ state_case "optimizer_step 99 > step" 'd["optimizer_step"] = 99' \
     "$S: optimizer_step = 99 is not a whole number from 0 to 2"
 state_case "samples_per_step 0" 'd["samples_per_step"] = 0' "$S: samples_per_step = 0 is not"
 state_case "layout.tp_size 0" 'd["layout"]["tp_size"] = 0' "$S: layout\.tp_size = 0 is not"
+state_case "samples_seen 7, not step x samples_per_step" 'd["samples_seen"] = 7' \
+    "$S: samples_seen = 7 is not a whole number from 8 to 8"
+state_case "tokens_seen missing" 'del d["tokens_seen"]' "$S has no number tokens_seen"
 state_case "format missing" 'del d["format"]' "$S: format is not \"picotron\.c checkpoint 1\""
 rm -rf "$dir/s.ckpt" && cp -r "$dir/base.ckpt" "$dir/s.ckpt" && echo "-3" >"$dir/s.ckpt/latest"
 start=$(date +%s)
 train s
 rc=$?
 refused "latest holds -3: refused" 1 "s\.ckpt/latest holds \"-3.?\", not a step from 1 to 2\^30" "$dir/s.log"
+echo "7" >"$dir/s.ckpt/latest"
+start=$(date +%s)
+train s
+rc=$?
+refused "latest names step 7, no such folder: refused" 1 "s\.ckpt/latest names .*s\.ckpt/7, which is not there" "$dir/s.log"
 
 # 2. config.json's sizes, for ./train and ./generate
 config_case() { # what python-edit pattern
