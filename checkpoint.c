@@ -658,10 +658,11 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
         }
     // checksums that match an inf or a NaN: saved so (by a version without this check), or crafted
     if (nonfinite < NUM_PARTS * n)
-        user_error("checkpoint error: %s/%s: tensor %s%s holds an inf or a NaN: the input weights "
-                   "are not finite (resume from an earlier checkpoint)",
+        user_error("checkpoint error: %s/%s: tensor %s%s holds an inf or a NaN: the input %s "
+                   "not finite (resume from an earlier checkpoint)",
                    dir, PARTS[nonfinite / n].file, full[nonfinite % n].name,
-                   PARTS[nonfinite / n].suffix);
+                   PARTS[nonfinite / n].suffix,
+                   nonfinite < n ? "weights are" : "optimizer moments are");
     if (opt) opt->step = optimizer_step; // AdamW's bias correction
     if (opt && cfg->save_dir[0] && model->pgm->global_rank == 0)
         note_later_steps(cfg->save_dir, step);

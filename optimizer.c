@@ -90,8 +90,7 @@ int first_nonfinite_param(char *name, size_t size, Model *model, const Optimizer
         for (int r = 0; r < opt->num_ranges; r++) {
             size_t at = lo > opt->start[r] ? lo : opt->start[r];
             size_t end = hi < opt->start[r] + opt->size[r] ? hi : opt->start[r] + opt->size[r];
-            for (; at < end && isfinite(host[at]); at++) {
-            }
+            while (at < end && isfinite(host[at])) at++;
             if (at < end) first = param_table_find(full, n, p->name);
         }
     }

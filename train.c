@@ -195,8 +195,8 @@ int main(int argc, char **argv) {
         if (stop[1]) {
             first_nonfinite_gradient(name, sizeof name, &model, &opt);
             user_error("training diverged at step %d (learning rate %g): the loss or the gradient "
-                       "norm is not finite, the weights going in were; first tensor with a "
-                       "non-finite gradient: %s. Lower training.learning_rate or set "
+                       "norm is not finite, the weights going in were finite; first tensor "
+                       "with a non-finite gradient: %s. Lower training.learning_rate or set "
                        "training.grad_clip; nothing of this step was saved",
                        step, learning_rate_at(&cfg, step), name);
         }

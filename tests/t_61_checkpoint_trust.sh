@@ -8,8 +8,8 @@
 #  2. config.json edited (0 heads, 0 layers, negative hidden_size, vocab_size 2^40): refused by
 #     ./train (resume) and ./generate alike, in config_validate's words naming the file
 #  3. ./generate refuses a damaged model.safetensors and optimizer.safetensors (checksums), as
-#     ./train does; a NaN in imported weights (init_from, and ./generate of that folder): the line
-#     says the input weights are not finite
+#     ./train does; a NaN in imported weights (init_from, and ./generate of that folder), or in a
+#     checkpoint whose checksum was made to match: the line says the input weights are not finite
 #  4. a run made to diverge in AdamW's update (learning rate 1e38: finite gradients, infinite
 #     steps): the line says "in the update", nothing is saved, latest still names the last one
 #  5. keep_last 1 while resuming from an older step: the new save and latest stay, the later
@@ -150,6 +150,42 @@ gen "$dir/hf" >"$dir/nan.gen" 2>&1
 rc=$?
 refused "NaN in a Hugging Face folder: ./generate refuses" 1 \
     "tensor model\.norm\.weight holds an inf or a NaN: the input weights are not finite" "$dir/nan.gen"
+
+# a NaN in a ./train checkpoint whose checksum was made to match: refused all the same
+rm -rf "$dir/n.ckpt" && cp -r "$dir/base.ckpt" "$dir/n.ckpt"
+python3 - "$dir/n.ckpt/2" <<'PY'
+import json, struct, sys
+M = 2**64 - 1
+def splitmix64(x):  # checkpoint.c's, on the element's index and bits
+    x = (x + 0x9E3779B97F4A7C15) & M
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
+    return x ^ (x >> 31)
+folder, name, k = sys.argv[1], "model.norm.weight", 5
+f = open(folder + "/model.safetensors", "r+b")
+n = struct.unpack("<Q", f.read(8))[0]
+at = 8 + n + json.loads(f.read(n))[name]["data_offsets"][0] + 4 * k
+f.seek(at)
+old = struct.unpack("<I", f.read(4))[0]
+new = 0x7FC00000  # a quiet NaN
+f.seek(at)
+f.write(struct.pack("<I", new))
+state = json.load(open(folder + "/state.json"))
+sums = state["checksums"]["model.safetensors"]
+sums[name] = "%016x" % ((int(sums[name], 16) - splitmix64(k << 32 | old) + splitmix64(k << 32 | new)) & M)
+json.dump(state, open(folder + "/state.json", "w"))
+PY
+write_config n 4 2 "$dir/n.ckpt"
+start=$(date +%s)
+train n
+rc=$?
+refused "NaN in a checkpoint, checksum matching: ./train refuses" 1 \
+    "n\.ckpt/2/model\.safetensors: tensor model\.norm\.weight holds an inf or a NaN: the input weights are not finite" \
+    "$dir/n.log"
+start=$(date +%s)
+gen "$dir/n.ckpt" >"$dir/n.gen" 2>&1
+rc=$?
+refused "  ... and ./generate too" 1 "tensor model\.norm\.weight holds an inf or a NaN: the input weights" "$dir/n.gen"
 
 # 4. diverged in the update: steps 1-2 at 1e-3 saved, then 1e38 from step 3
 write_config up 2 1 ""
