@@ -20,11 +20,11 @@
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
 #      (pp2 x V2, its exchanges' one-sided halves), and a mixture-of-experts model (4 experts,
 #      top-2) on tp2 with sequence parallelism, on cp2 and with expert parallelism (ep2 x tp2);
-#      then (4b) bf16 products with their weights' copy, cast once per step, with each input
-#      that several products read cast once, and reading the bf16 copies the norms and SwiGLU
-#      write, give the bits of casting at every product (one rank, dp2 under ZeRO-1, tp2 async
-#      with sequence parallelism, pp2 with recomputation and experts); nccl on a shared
-#      GPU is refused in one line that suggests "mpi"
+#      then (4b) bf16 products that read each weight's cast of the step, each other input's cast
+#      kept until it is written, and the bf16 copies the norms and SwiGLU write, give the bits of
+#      casting at every product (one rank, dp2 under ZeRO-1, tp2 async with sequence
+#      parallelism, pp2 with recomputation and experts); nccl on a shared GPU is refused in one
+#      line that suggests "mpi"
 # What it cannot show (speed, real concurrency, CUDA's libm) needs tests/gpu/check.sh on a GPU.
 # Runs in a copy of the tree: make GPU=emulate writes ./train, which the CPU tests use.
 cd "$(dirname "$0")/.." || exit 1
@@ -130,14 +130,14 @@ fi
     check_layout base_moe_mbs1 ep2_tp2_moe dp=2 ep=2 tp=2 ga=2 mbs=1 $moe
     [ "$harness_failures" -eq 0 ]
 ) | sed 's/^/nccl backend: /' || fail "layouts with the nccl backend"
-# 4b. bf16 products read their weights from the copy cast once per step, an input that several
-# products read unchanged from one cast, and ln1, ln2, lnf, act, d(gate), d(up) from the bf16
+# 4b. bf16 products read each weight from its cast of the step (backend_step_begin), an input
+# cast once until something writes it, and ln1, ln2, lnf, act, d(gate), d(up) from the bf16
 # copies their kernels write (matmul.cu): the same bits as casting at every product, on one rank,
-# under ZeRO-1 (its all-gather writes the weights the copy must follow), under tp2 with the async
-# all-reduce and sequence parallelism (the products read gathered ln1 and ln2, which have no
-# copy), and on pp2 with recomputation and experts (micro-batches in flight, layers refilling one
-# shared layer, the experts' rows read from their copies);
-# PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 cast per product
+# under ZeRO-1 (its all-gather writes the weights between steps), under tp2 with the async
+# all-reduce and sequence parallelism (the products read gathered ln1 and ln2, which the gathers
+# rewrite), and on pp2 with recomputation and experts (micro-batches in flight, layers refilling
+# one shared layer, the experts' rows read from their copies); the test switch
+# PICOTRON_TEST_CAST_AT_EVERY_PRODUCT=1 casts at every product
 (
     export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=4 PICOTRON_EMU_DEVICES=8
     export HARNESS_DISTRIBUTED_EXTRA='"use_cpu": false, "backend": "nccl"'
@@ -145,21 +145,21 @@ fi
     # shellcheck source=tests/layout_harness.sh
     source tests/layout_harness.sh
     LOSS_TOL=0 WEIGHT_TOL=0
-    PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 run_layout cast ga=2 || exit 1
+    PICOTRON_TEST_CAST_AT_EVERY_PRODUCT=1 run_layout cast ga=2 || exit 1
     check_layout cast copy ga=2
-    PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 run_layout cast_zero1 dp=2 ga=1 \
+    PICOTRON_TEST_CAST_AT_EVERY_PRODUCT=1 run_layout cast_zero1 dp=2 ga=1 \
         zero1=true || exit 1
     check_layout cast_zero1 copy_zero1 dp=2 ga=1 zero1=true
-    PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 run_layout cast_tp2 tp=2 async=true \
+    PICOTRON_TEST_CAST_AT_EVERY_PRODUCT=1 run_layout cast_tp2 tp=2 async=true \
         sp=true || exit 1
     check_layout cast_tp2 copy_tp2 tp=2 async=true sp=true
     moe="experts=4 topk=2 aux=0.05"
-    PICOTRON_BF16_WEIGHT_COPY=0 PICOTRON_BF16_KEEP_CASTS=0 run_layout cast_pp2 pp=2 ga=4 \
+    PICOTRON_TEST_CAST_AT_EVERY_PRODUCT=1 run_layout cast_pp2 pp=2 ga=4 \
         recompute=true $moe || exit 1
     check_layout cast_pp2 copy_pp2 pp=2 ga=4 recompute=true $moe
     [ "$harness_failures" -eq 0 ]
 ) | sed 's/^/bf16 casts kept: /' ||
-    fail "bf16 products with the weight copy and kept casts against casting at every product"
+    fail "bf16 products with the kept casts and copies against casting at every product"
 cat >"$log/shared.json" <<JSON
 {"distributed": {"tp_size": 2, "use_cpu": false, "backend": "nccl"},
  "model": {"name": "picotron-tiny"}, "training": {"total_train_steps": 1},

@@ -17,7 +17,7 @@
 #   3.       layout equivalence on one GPU with the mpi backend (two ranks share the GPU): dp=2,
 #            tp=2 (and sequence-parallel), pp=2 (1f1b), cp=2 against one rank, fp32, tests/layout_harness.sh's tolerances
 #   4.       NCCL on one GPU: all-reduces through a communicator of one rank, blocking and on the
-#            group's stream with events (PICOTRON_NCCL_GROUP_OF_ONE, tests/gpu/test_nccl_one_gpu.c)
+#            group's stream with events (PICOTRON_TEST_NCCL_GROUP_OF_ONE, tests/gpu/test_nccl_one_gpu.c)
 #   scale    2 steps of the tiny model with 71680 tokens per micro-batch (grid limits at scale)
 #   5.       benchmark (bench/gpu_bench.sh): SmolLM-1.7B-shaped layers, bf16, seq 2048 (SEQ, as
 #            far as gpu_bench.sh takes it: the line says which it ran): tokens/s, MFU against the
