@@ -177,6 +177,7 @@ int main(int argc, char **argv) {
         if (cfg.max_tokens > 0 && tokens_seen >= cfg.max_tokens) break;
         double start = now_seconds();
         trace_step_begin(step);
+        backend_step_begin(); // the weights stay as they are until the optimizer's step
         device_zero(model.grads, model.num_params * sizeof(float));
         float loss = cfg.pp_size == 1 ? train_step(&model, &dp, &loader, step - 1)
                      : interleaved    ? train_step_pipeline_interleaved(&pipe, step - 1)

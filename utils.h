@@ -53,7 +53,7 @@ int make_dirs(const char *path);
 // real run never sets. They make a fault happen on purpose or turn an optimisation off, so that a
 // test can compare:
 //   KILL_RANK_IN_SAVE=r      checkpoint.c: rank r dies half-way through writing its part (t_59)
-//   CAST_AT_EVERY_PRODUCT=1  backend/cuda: bf16 products cast every input, keeping no copy (t_81)
+//   CAST_AT_EVERY_PRODUCT=1  backend/cuda: bf16 products cast every operand, keeping no copy (t_81)
 //   NCCL_GROUP_OF_ONE=1      backend/cuda/comm_nccl.cu: one-rank groups use NCCL too (check.sh)
 // Returns the value, or NULL when it is not set.
 const char *test_switch(const char *name);

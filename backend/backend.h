@@ -18,6 +18,11 @@ void backend_init(int local_rank); // picks the device; a no-op on the CPU
 // writes fp32; every buffer the model sees (weights, activations, gradients, AdamW moments) stays
 // fp32. Called once after backend_init; float32 until then.
 void backend_set_dtype(const char *dtype);
+// Called at the start of every training step, before its products. The promise it makes: from
+// one call to the next (and before the first), nothing writes a weight once a product has read it
+// (AdamW and ZeRO-1's all-gather write them between steps). The bf16 build keeps each weight's
+// cast for the step on that promise (backend/cuda/matmul.cu); a no-op on the CPU.
+void backend_step_begin(void);
 void *device_malloc(size_t bytes); // zeroed
 void device_free(void *ptr);
 void device_zero(void *ptr, size_t bytes);
@@ -52,23 +57,8 @@ void matmul_backward(float *dinp, float *dweight, const float *dout, const float
 // product into an input gradient needs no zeroed buffer (dweight still adds up)
 void matmul_backward_write(float *dinp, float *dweight, const float *dout, const float *inp,
                            const float *weight, int N, int C, int OC);
-// The GPU build's bf16 products (model.dtype "bfloat16") read each weight from a bf16 copy of the
-// parameter buffer params (n floats), made here, instead of casting it at every product: train.c
-// refreshes it before each step, after whatever wrote the weights (init, a checkpoint, AdamW,
-// ZeRO-1's all-gather). A weight outside params is cast per product, as before. A no-op on the
-// CPU, in float32, and with PICOTRON_BF16_WEIGHT_COPY=0 (the tests' way to compare).
-void matmul_weights_changed(const float *params, size_t n);
-// Between matmul_keep_casts() and matmul_drop_casts() the caller leaves the inputs of its products
-// (inp, dout) unchanged, so a bf16 build casts each input once however many products read it
-// (tensor_parallel.c's column-parallel linears: q, k and v read ln1, each dout feeds dinp and
-// dweight). No-ops on the CPU, in float32, and with PICOTRON_BF16_KEEP_CASTS=0 (to compare).
-void matmul_keep_casts(void);
-void matmul_drop_casts(void);
-// In bf16, rmsnorm_forward, swiglu_forward, swiglu_backward and cross_entropy_backward also write
-// a bf16 copy of their outputs, which a product reading those outputs (or rows of them) reads
-// instead of casting: so a tensor those kernels write is written by nothing else until
-// device_free (model.c's ln1, ln2, lnf, act, d(gate), d(up), dlogits are).
-// PICOTRON_BF16_KEEP_CASTS=0 turns the copies off too.
+// In "bfloat16" the products read bf16 copies of their operands, which the GPU backend makes,
+// keeps and drops itself (backend/cuda/matmul.cu); of them, callers know only backend_step_begin.
 
 // ---------------------------------------------------------------------------------------------
 // embedding (backend/*/embedding.*): this rank holds rows [vocab_start, vocab_start + V) of the

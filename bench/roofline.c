@@ -261,20 +261,27 @@ static void layer_rows(Step *st) {
              L * (N * HD + 2 * N * KVD) * f);
 }
 
-// matmul.cu casts the products' fp32 operands to bf16 copies in "bfloat16": the weights once a
-// step, the whole parameter buffer into the copy the products read (matmul_weights_changed); an
-// input once per column-parallel call (matmul_keep_casts: each dout for dinp and dweight), and the
-// row-parallel products' each call. ln1, ln2, lnf, act, d(gate) and d(up) are not cast: their
-// kernels write the copy (bf16_copy_to_write, counted in those kernels' bytes above).
+// matmul.cu casts the products' fp32 operands to bf16 in "bfloat16", each tensor once while it
+// stays unchanged: a weight at its first product of the step (the cast kept for the step, by
+// backend_step_begin's promise), any other input at its first product after its last write (the
+// cast kept until the next write). So the weights: one cast each, the tensors the products read
+// (not the norms', nor an untied embedding table). att: once, for o_proj's forward; its dweight
+// reads that copy. The dout of q, k and v: once each, though tensor_parallel.c's backward reads
+// each twice (the dinp products, then the dweight ones). dresid: twice a layer, down_proj's and
+// o_proj's dout, since the norm's backward writes it between them. ln1, ln2, lnf, act, d(gate),
+// d(up) and dlogits are never cast: their kernels write the copy (bf16_copy_to_write, counted in
+// those kernels' bytes above).
 static void cast_rows(Step *st) {
     const Setup *s = &st->s;
     Plan p = st->p;
     double L = s->layers, N = st->N, C = s->hidden, KVD = C / s->heads * s->kv_heads;
     if (!p.a16) // --bf16-activations: AdamW writes the copy
-        cast(st, "to_bf16_kernel: the weights' copy (matmul_weights_changed)", 1, num_params(s, 0));
+        cast(st, "to_bf16_kernel: each weight, at its first product of the step", 7 * L + 1,
+             num_params(s, 1));
     if (!(p.a16 && st->flash)) // att stays fp32 unless the flash kernel writes it in bf16
-        cast(st, "to_bf16_kernel: att (o_proj forward and backward)", 2 * L, 2 * L * N * C);
-    cast(st, "to_bf16_kernel: dout of q_proj, k_proj and v_proj", 3 * L, L * N * (C + 2 * KVD));
+        cast(st, "to_bf16_kernel: att (o_proj forward; its dweight reads the copy)", L, L * N * C);
+    cast(st, "to_bf16_kernel: dout of q_proj, k_proj and v_proj (dinp, dweight)", 3 * L,
+         L * N * (C + 2 * KVD));
     cast(st, "to_bf16_kernel: dout of o_proj and down_proj (dresid)", 2 * L, 2 * L * N * C);
 }
 

@@ -125,6 +125,7 @@ static void fixture_forward_backward(double *loss_err, double *logits_err, Fixtu
                                      const char *reference) {
     Model *model = &fm->model;
     int N = fm->N, C = model->cfg.hidden_size, V = model->cfg.vocab_size;
+    backend_step_begin(); // a step: the weights stay as loaded until its end
     device_zero(model->grads, model->num_params * sizeof(float));
     model_set_batch(model, 0, fm->tokens, fm->targets);
     float loss = model_forward(model, 0, 1.0f / N);
@@ -153,6 +154,7 @@ static double fixture_adamw_losses(FixtureModel *fm, int digits) {
     optimizer_init(&opt, &fm->cfg, model->num_params);
     printf("  adamw losses:");
     for (size_t s = 0; s < want->count; s++) {
+        backend_step_begin(); // AdamW wrote the weights at the end of the last step
         device_zero(model->grads, model->num_params * sizeof(float));
         model_set_batch(model, 0, fm->tokens, fm->targets);
         float l = model_forward(model, 0, 1.0f / fm->N);

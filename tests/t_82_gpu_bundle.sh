@@ -14,8 +14,13 @@
 #   4. the rehearsal: the emulator's bundle (bundle.sh --emulate: the GPU build on the CUDA
 #      emulator, the same libraries) trains 3 steps on 2 ranks with its own mpirun while this
 #      machine's MPICH, cJSON and BLIS are hidden (tests/gpu/rehearse_bundle.sh)
-#   5. check.sh's prebuilt mode passes its own dry run on the emulator's bundle, hidden the same
-#      way (PICOTRON_CHECK_GPU=emulate, the layout harness at 3 steps), its logs under $OUT
+#   5. check.sh's prebuilt mode passes its dry run on the emulator's bundle, hidden the same way
+#      (PICOTRON_CHECK_GPU=emulate): its probe (every program and library of the bundle found,
+#      the bundle's mpirun starting 2 ranks), then the steps t_81 leaves to it, the layouts dp2,
+#      tp2, tp2 sequence-parallel, pp2, cp2 and experts on ep2 with the mpi backend against one
+#      rank (the harness at 3 steps) and the benchmark at SmolLM-1.7B's shape; its logs under $OUT.
+#      t_81 runs check.sh's other steps from source, so that each runs once in the suite; where
+#      no bundle can be made (exit 77), this test runs these two from source before it skips
 # Without nvcc, 1-3 check the emulator's bundle instead. Runs in a copy of the tree (bundle.sh
 # builds in build-bundle/ and writes bundle/); the .deb files come from this tree's
 # build-bundle/debs, apt's cache or the Debian archive.
@@ -40,14 +45,25 @@ if [ -d build-bundle/debs ]; then
 fi
 cd "$tree" && mkdir -p .logs || exit 1
 
+# check.sh's steps that t_81 leaves to this test (5., the emulator's own limits)
+export PICOTRON_CHECK_STEPS="3 5" STEPS=3
 # bundle [--emulate]: runs bundle.sh, prints its lines; its exit 77 (no packages to be had) ends
-# this test as a skip
+# this test as a skip, once check.sh has run those steps from source instead
 bundle() {
     local log=.logs/bundle${1:-}
     bash tests/gpu/bundle.sh "$@" >"$log" 2>&1
     local rc=$?
     sed 's/^/    /' "$log"
     if [ $rc -eq 77 ]; then
+        echo "no bundle: check.sh's steps $PICOTRON_CHECK_STEPS from source"
+        PICOTRON_CHECK_GPU=emulate timeout 900 bash tests/gpu/check.sh >.logs/source 2>&1
+        rc=$?
+        grep -E '^(ok|FAIL)|passed' .logs/source | sed 's/^/    /'
+        if [ $rc -ne 0 ] || ! tail -n 1 .logs/source | grep -q ' 0 failed$'; then
+            grep -E '^ {4}' .logs/source | tail -n 30
+            echo "FAIL: check.sh's steps $PICOTRON_CHECK_STEPS from source (exit $rc)"
+            exit 1
+        fi
         grep -m1 '^bundle.sh:' "$log"
         exit 77
     fi
@@ -167,9 +183,9 @@ sed 's/^/    /' .logs/rehearsal
 lap
 
 # 5. check.sh's prebuilt dry run on the emulator's bundle, this machine's libraries hidden
-echo "5. check.sh, prebuilt, on the emulator's bundle (STEPS=3)"
+echo "5. check.sh, prebuilt, on the emulator's bundle: the probe, steps $PICOTRON_CHECK_STEPS (STEPS=3)"
 emu_root=$PWD/.logs/unpacked-picotron-emu/picotron-emu
-export OUT=$PWD/.logs/out STEPS=3 PICOTRON_CHECK_GPU=emulate PICOTRON_CHECK_PREBUILT=$PWD/$emu_archive
+export OUT=$PWD/.logs/out PICOTRON_CHECK_GPU=emulate PICOTRON_CHECK_PREBUILT=$PWD/$emu_archive
 timeout 900 bash tests/gpu/bundle_only.sh "$emu_root" bash tests/gpu/check.sh >.logs/dry 2>&1
 rc=$?
 if [ $rc -eq 3 ] && grep -q '^bundle_only.sh: cannot bind' .logs/dry; then
@@ -177,7 +193,7 @@ if [ $rc -eq 3 ] && grep -q '^bundle_only.sh: cannot bind' .logs/dry; then
     timeout 900 bash tests/gpu/check.sh >.logs/dry 2>&1
     rc=$?
 fi
-unset OUT STEPS PICOTRON_CHECK_GPU PICOTRON_CHECK_PREBUILT
+unset OUT STEPS PICOTRON_CHECK_GPU PICOTRON_CHECK_PREBUILT PICOTRON_CHECK_STEPS
 grep -E '^(ok|FAIL)|passed' .logs/dry | sed 's/^/    /'
 if [ $rc -ne 0 ] || ! tail -n 1 .logs/dry | grep -q ' 0 failed$'; then
     grep -E '^ {4}' .logs/dry | tail -n 30

@@ -11,7 +11,8 @@
 #     (under --write-not-zero only the norms' and an untied embedding's),
 #     cross_entropy_backward_kernel 8 a logit in fp32, 10 in bf16 (its bf16 copy of dlogits for
 #     the head's products) and 6 under --bf16-dlogits, no dlogits cast in any (the copy is read),
-#     softmax_rows_kernel 8 a score
+#     softmax_rows_kernel 8 a score; in bf16 the weights' casts one launch per tensor the products
+#     read (7 a layer and the head) and 6 bytes per weight (read 4, write 2), once a step
 #  3. every row's time is max(FLOPs / its peak, bytes / bandwidth), its peak the one of its call
 #     (cublasGemmEx --peak, or --fp32-peak in fp32; flash kernels --flash-peak; the GEMM path's
 #     batched products --fp32-peak in fp32; kernels --fp32-peak), the step is the sum of its
@@ -131,6 +132,11 @@ for label, want in checks:
         fail("%s moves %s bytes, by hand %.17g" % (label, row(label)["bytes"], want))
 if not bf16 and any(r["call"] == "to_bf16_kernel" for r in rows):
     fail("fp32 products with bf16 casts")
+if bf16 and not plan["--bf16-activations"]:  # there AdamW writes the copy: no weight is cast
+    w = row("to_bf16_kernel: each weight, at its first product of the step")
+    if float(w["calls"]) != 7 * L + 1 or not close(float(w["bytes"]), 6 * weights):
+        fail("the weights' casts: %s launches of %s bytes, by hand %d of %.17g"
+             % (w["calls"], w["bytes"], 7 * L + 1, 6 * weights))
 
 # 3. each row on its roofline at the peak of its call; the step and its MFU
 for r in rows:

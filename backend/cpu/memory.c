@@ -24,13 +24,8 @@ void backend_set_dtype(const char *dtype) {
         FAIL("the CPU build computes in float32", "backend_set_dtype(\"%s\")", dtype);
 }
 
-void matmul_weights_changed(const float *params, size_t n) {
-    (void)params, (void)n; // the CPU multiplies the fp32 weights themselves: no bf16 copy
-}
-
-// nor bf16 copies of the inputs
-void matmul_keep_casts(void) {}
-void matmul_drop_casts(void) {}
+// the CPU multiplies the fp32 tensors themselves: nothing is kept from one step to the next
+void backend_step_begin(void) {}
 
 void *device_malloc(size_t bytes) {
     // aligned_alloc wants a multiple of the alignment

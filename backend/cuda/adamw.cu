@@ -23,6 +23,9 @@ __global__ static void adamw_kernel(float *params, const float *grads, float *m,
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int t) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(params, n * sizeof(float));
+    bf16_copies_stale(m, n * sizeof(float));
+    bf16_copies_stale(v, n * sizeof(float));
     if (n == 0) return;
     float decay = (float)(1.0 - (double)lr * weight_decay);
     float w1 = (float)(1.0 - (double)beta1);

@@ -157,6 +157,8 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                              int KV, int D) {
     PROFILE(PROFILE_ATTENTION);
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
+    bf16_copies_stale(out, (size_t)B * Tq * H * D * sizeof(float));
+    bf16_copies_stale(lse, (size_t)B * H * Tq * sizeof(float));
     if (compute_bf16 && flash_attention_supports(D))
         return flash_attention_forward(out, lse, q, k, v, q_pos, k_pos, B, Tq, Tk, H, KV, D);
     Shape sh = {Tq, Tk, H, KV, D, H / KV};
@@ -198,6 +200,7 @@ void attention_backward_delta(float *delta, const float *dout, const float *out,
     PROFILE(PROFILE_ATTENTION);
     size_t rows = (size_t)B * T * H;
     if (rows == 0) return;
+    bf16_copies_stale(delta, rows * sizeof(float));
     attention_delta_kernel<<<blocks_for(rows * 32, 256), 256>>>(delta, dout, out, T, H, D, rows);
     cudaCheckLaunch();
 }
@@ -232,6 +235,9 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               int KV, int D) {
     PROFILE(PROFILE_ATTENTION);
     if (B == 0 || Tq == 0 || Tk == 0 || H == 0) return;
+    bf16_copies_stale(dq, (size_t)B * Tq * H * D * sizeof(float));
+    bf16_copies_stale(dk, (size_t)B * Tk * KV * D * sizeof(float));
+    bf16_copies_stale(dv, (size_t)B * Tk * KV * D * sizeof(float));
     if (compute_bf16 && flash_attention_supports(D))
         return flash_attention_backward(dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, B, Tq,
                                         Tk, H, KV, D);

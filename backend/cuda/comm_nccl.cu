@@ -13,9 +13,12 @@
 // Every wait on the host tests and yields (sched_yield), as the CPU build does: MPICH's
 // blocking calls busy-poll and starve the rank being waited for when ranks share cores.
 // A group of one rank does no communication at all: each call is a copy or nothing; except with
-// PICOTRON_NCCL_GROUP_OF_ONE=1 and "nccl", which gives such a group an NCCL communicator of one
-// rank and sends its all-reduces through NCCL (the group's stream and events for the *_start
-// calls), so NCCL's loading and streams run on a machine with one GPU (tests/gpu/check.sh).
+// the test switch NCCL_GROUP_OF_ONE=1 (utils.h) and "nccl", which gives such a group an NCCL
+// communicator of one rank and sends its all-reduces through NCCL (the group's stream and events
+// for the *_start calls), so NCCL's loading and streams run on a machine with one GPU
+// (tests/gpu/check.sh).
+// A call that writes device buffers tells bf16_copies_stale first (common.h), when it is made:
+// NCCL writes from then on, "mpi" at comm_wait (host_to_device, which tells it again).
 // common.h first: it includes the C headers inside extern "C"
 #include "backend/cuda/common.h"
 #include "backend/comm_common.h"
@@ -84,7 +87,7 @@ void group_init(Group *g, MPI_Comm comm) {
     mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(comm, &g->rank));
     mpiCheck(MPI_Comm_size(comm, &g->size));
-    const char *one = getenv("PICOTRON_NCCL_GROUP_OF_ONE");
+    const char *one = test_switch("NCCL_GROUP_OF_ONE");
     int nccl_for_one = one && strcmp(one, "1") == 0;
     if (!use_nccl || (g->size == 1 && !nccl_for_one)) return;
     if (!device_selected)
@@ -209,8 +212,9 @@ static ncclRedOp_t nccl_op(ReduceOp op) {
 static Handle all_reduce_any(float *buf, size_t n, ReduceOp op, Group *g, int async) {
     Handle h = handle_done();
     // the sum, mean and max of one copy is that copy (through NCCL all the same if it has a
-    // communicator: PICOTRON_NCCL_GROUP_OF_ONE)
+    // communicator: the test switch NCCL_GROUP_OF_ONE)
     if (n == 0 || (g->size == 1 && !g->nccl)) return h;
+    bf16_copies_stale(buf, n * sizeof(float));
     comm_log_started(&h, g, OP_ALL_REDUCE, n * sizeof(float));
     average_when_done(&h, op, buf, n, g);
     if (g->nccl) {
@@ -250,6 +254,7 @@ static Handle reduce_scatter_any(float *buf, size_t n, ReduceOp op, Group *g, in
     if (n == 0 || (g->size == 1 && !g->nccl)) return h; // one piece: the whole buffer, reduced
     size_t piece = piece_of(n, "reduce_scatter", g);
     float *mine = buf + (size_t)g->rank * piece;
+    bf16_copies_stale(mine, piece * sizeof(float));
     comm_log_started(&h, g, OP_REDUCE_SCATTER, n * sizeof(float));
     average_when_done(&h, op, mine, piece, g);
     if (g->nccl) {
@@ -287,6 +292,7 @@ static Handle all_gather_any(float *buf, size_t n, Group *g, int async) {
     Handle h = handle_done();
     if (n == 0 || (g->size == 1 && !g->nccl)) return h; // this rank's piece is the whole buffer
     size_t piece = piece_of(n, "all_gather", g);
+    bf16_copies_stale(buf, n * sizeof(float));
     comm_log_started(&h, g, OP_ALL_GATHER, piece * sizeof(float));
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
@@ -330,6 +336,9 @@ static Handle all_to_all_any(float *recvbuf, const size_t *recv_counts, const fl
         if (self_n > 0) device_copy(recvbuf, sendbuf, self_n * sizeof(float));
         return h;
     }
+    size_t received = 0;
+    for (int r = 0; r < g->size; r++) received += recv_counts[r];
+    bf16_copies_stale(recvbuf, received * sizeof(float));
     comm_log_started(&h, g, OP_ALL_TO_ALL, all_to_all_bytes(send_counts, g));
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;
@@ -400,6 +409,7 @@ void send(const float *buf, size_t n, int dst, Group *g) {
 void recv(float *buf, size_t n, int src, Group *g) {
     PROFILE(PROFILE_COMM);
     check_peer(src, 0, "recv", g);
+    bf16_copies_stale(buf, n * sizeof(float));
     Handle h = handle_done();
     comm_log_started(&h, g, OP_RECV, 0); // nothing sent
     if (g->nccl) {
@@ -429,6 +439,7 @@ static Handle send_recv_any(const float *sendbuf, int dst, float *recvbuf, int s
     if (!sendbuf && !recvbuf) return h;
     if (sendbuf) check_peer(dst, 1, "send_recv destination", g);
     if (recvbuf) check_peer(src, 1, "send_recv source", g);
+    if (recvbuf) bf16_copies_stale(recvbuf, n * sizeof(float));
     comm_log_started(&h, g, p2p_op(sendbuf, recvbuf), sendbuf ? n * sizeof(float) : 0);
     if (g->nccl) {
         cudaStream_t stream = async ? stream_after_compute(g) : 0;

@@ -131,8 +131,13 @@ struct ProfileScope {
 
 // "bfloat16": the matrix products read bf16 copies of their operands (backend/cuda/matmul.cu)
 extern int compute_bf16;
-// A kernel that writes a product's input x (n floats) whole writes its bf16 copy here too (each
-// element rounded as the products' casts round it); NULL when none is wanted (float32, or
-// PICOTRON_BF16_KEEP_CASTS=0). device_free forgets every copy: freed memory may become any tensor.
+// The copies stay sound inside the backend, with no rule on its callers: every backend call that
+// writes device memory first tells bf16_copies_stale what it writes (dst, bytes), and the copies
+// of memory it overlaps are not read again; device_free tells bf16_memory_freed, which forgets
+// the copies and the weights' casts of what it frees (freed memory may become any tensor).
+void bf16_copies_stale(const void *ptr, size_t bytes);
+void bf16_memory_freed(const void *ptr, size_t bytes);
+// A kernel that writes a product's input x (n floats) whole calls this instead (it counts as the
+// write): it returns x's bf16 copy to write beside x (each element rounded as the products' casts
+// round it), or NULL when none is wanted (float32, or the test switch CAST_AT_EVERY_PRODUCT).
 __nv_bfloat16 *bf16_copy_to_write(const float *x, size_t n);
-void bf16_copies_forget(void);

@@ -92,6 +92,9 @@ void cross_entropy_stats(float *maxes, float *sumexp, float *target_logit, const
                          const int *targets, int N, int V, int vocab_start) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
+    bf16_copies_stale(maxes, N * sizeof(float));
+    bf16_copies_stale(sumexp, N * sizeof(float));
+    bf16_copies_stale(target_logit, N * sizeof(float));
     cross_entropy_stats_kernel<<<N, ROW_THREADS>>>(maxes, sumexp, target_logit, logits, targets, V,
                                                    vocab_start);
     cudaCheckLaunch();
@@ -100,6 +103,7 @@ void cross_entropy_stats(float *maxes, float *sumexp, float *target_logit, const
 void cross_entropy_rescale(float *sumexp, const float *shard_maxes, const float *maxes, int N) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
+    bf16_copies_stale(sumexp, N * sizeof(float));
     cross_entropy_rescale_kernel<<<blocks_for(N, 256), 256>>>(sumexp, shard_maxes, maxes, N);
     cudaCheckLaunch();
 }
@@ -109,6 +113,7 @@ void cross_entropy_loss(float *losses, const float *maxes, const float *sumexp,
                         const float *target_logit, int N) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
+    bf16_copies_stale(losses, N * sizeof(float));
     cross_entropy_loss_kernel<<<blocks_for(N, 256), 256>>>(losses, maxes, sumexp, target_logit, N);
     cudaCheckLaunch();
 }

@@ -18,6 +18,7 @@ __global__ static void scale_inplace_kernel(float *x, float s, size_t n) {
 
 void fill(float *x, float value, size_t n) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(x, n * sizeof(float));
     if (n == 0) return;
     fill_kernel<<<blocks_for(n, 256), 256>>>(x, value, n);
     cudaCheckLaunch();
@@ -25,6 +26,7 @@ void fill(float *x, float value, size_t n) {
 
 void add_inplace(float *y, const float *x, size_t n) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(y, n * sizeof(float));
     if (n == 0) return;
     add_inplace_kernel<<<blocks_for(n, 256), 256>>>(y, x, n);
     cudaCheckLaunch();
@@ -32,6 +34,7 @@ void add_inplace(float *y, const float *x, size_t n) {
 
 void scale_inplace(float *x, float s, size_t n) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(x, n * sizeof(float));
     if (n == 0) return;
     scale_inplace_kernel<<<blocks_for(n, 256), 256>>>(x, s, n);
     cudaCheckLaunch();
@@ -77,6 +80,7 @@ static void sum_any(float *out, const float *x, size_t n, int squares) {
     if (!partial) partial = (double *)device_malloc(REDUCE_BLOCKS * sizeof(double));
     unsigned int blocks = blocks_for(n, REDUCE_THREADS);
     if (blocks > REDUCE_BLOCKS) blocks = REDUCE_BLOCKS;
+    bf16_copies_stale(out, sizeof(float));
     sum_partial_kernel<<<blocks, REDUCE_THREADS>>>(partial, x, n, squares);
     cudaCheckLaunch();
     sum_final_kernel<<<1, REDUCE_THREADS>>>(out, partial, (int)blocks);

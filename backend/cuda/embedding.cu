@@ -105,6 +105,7 @@ void embedding_forward(float *out, const int *tokens, const float *wte, int N, i
                        int vocab_start, int V) {
     PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
+    bf16_copies_stale(out, (size_t)N * C * sizeof(float));
     embedding_forward_kernel<<<N, 256>>>(out, tokens, wte, C, vocab_start, V);
     cudaCheckLaunch();
 }
@@ -115,6 +116,7 @@ void embedding_backward(float *dwte, const float *dout, const int *tokens, int N
                         int vocab_start, int V) {
     PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
+    bf16_copies_stale(dwte, (size_t)V * C * sizeof(float));
     int M = 1;
     while (M < N) M <<= 1;
     int tile = M < SORT_TILE ? M : SORT_TILE;

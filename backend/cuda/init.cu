@@ -24,6 +24,7 @@ void init_tensor(float *out, uint64_t seed, uint64_t name_hash, int kind, float 
                  int cols, int row0, int col0, int global_cols) {
     PROFILE(PROFILE_OTHER);
     size_t n = (size_t)rows * cols;
+    bf16_copies_stale(out, n * sizeof(float));
     if (n == 0) return;
     // one stream per (seed, tensor): mixing twice keeps seed s, name n apart from seed n, name s
     uint64_t key = mix64(mix64(seed) ^ name_hash);

@@ -8,38 +8,32 @@
 //
 // Precision (backend_set_dtype):
 //   "float32":  fp32 operands, CUBLAS_COMPUTE_32F (no TF32), so the GPU matches the CPU to 1e-5.
-//   "bfloat16": mixed precision as torch.autocast does it: each product casts its fp32 operands
-//               to bf16 copies in one reusable scratch buffer and multiplies them on the tensor
-//               cores, accumulating and writing in fp32 (CUBLAS_COMPUTE_32F; dweight still
-//               accumulates with beta = 1 into the fp32 gradient). The weights come from a bf16
-//               copy of the parameter buffer, cast once per step (matmul_weights_changed: 6
-//               bytes per parameter, where casting at each product cost 12 per parameter and
-//               micro-batch, for the forward and the backward's dinp); an input that several
-//               products read unchanged is cast once (matmul_keep_casts); and the kernels that
-//               write a product's input whole (the norms, SwiGLU and its backward, the loss's
-//               backward) write its bf16 copy beside it, so that no product casts it
-//               (bf16_copy_to_write). Master weights, gradients, buckets and AdamW moments stay
-//               fp32, and so do the activations model.c saves: this saves GEMM time and HBM
-//               passes, not activation memory (the copies add 2 bytes per element of the tensors
-//               they shadow; picotron's bf16 model saves memory).
+//   "bfloat16": mixed precision as torch.autocast does it: each product multiplies bf16 copies of
+//               its fp32 operands on the tensor cores, accumulating and writing in fp32
+//               (CUBLAS_COMPUTE_32F; dweight still accumulates with beta = 1 into the fp32
+//               gradient). A copy is kept while its tensor is unchanged, so that each tensor is
+//               cast once however many products read it, and only this backend knows of it:
+//               - a weight: cast at its first product of a step into a buffer of its own, which
+//                 the step's later products read (the other micro-batches', the backward's
+//                 dinp). Sound by backend_step_begin's contract (below): 6 bytes moved per
+//                 weight and step, where casting at each product moved 12 per micro-batch.
+//               - any other input: cast into a copy kept until something writes its memory.
+//                 Every backend call that writes device memory first hands what it writes to
+//                 bf16_copies_stale (common.h), which drops the copies it overlaps; and the
+//                 kernels that write a product's input whole (the norms, SwiGLU and its backward,
+//                 the loss's backward) write its copy beside it (bf16_copy_to_write), so that no
+//                 product casts it at all: 2 bytes written where a cast reads 4 and writes 2.
+//               Master weights, gradients, buckets and AdamW moments stay fp32, and so do the
+//               activations model.c saves: this saves GEMM time and HBM passes, not activation
+//               memory (the copies add 2 bytes per element of the tensors they shadow; picotron's
+//               bf16 model saves memory).
+// The test switch CAST_AT_EVERY_PRODUCT (utils.h) keeps no copy at all: every product casts its
+// operands into scratch, as torch.autocast does; the tests' way to show the copies give its bits.
 #include "backend/cuda/common.h"
 #include <stdlib.h>
 #include <string.h>
 
 int compute_bf16 = 0;
-
-// The bf16 copies of one product's operands. The compute stream runs in program order, so the
-// next product may overwrite them: nothing reads them after their GEMM.
-static DeviceScratch scratch;
-#define SCRATCH_ALIGN 64 // elements (128 bytes): each operand starts where tensor cores want it
-
-static size_t aligned(size_t n) {
-    return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
-}
-
-static __nv_bfloat16 *bf16_scratch(size_t n) {
-    return (__nv_bfloat16 *)device_scratch(&scratch, n * sizeof(__nv_bfloat16));
-}
 
 // round to nearest even, as torch's .to(torch.bfloat16)
 __global__ static void to_bf16_kernel(__nv_bfloat16 *out, const float *in, size_t n) {
@@ -47,119 +41,150 @@ __global__ static void to_bf16_kernel(__nv_bfloat16 *out, const float *in, size_
     if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
-static const void *to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
-    to_bf16_kernel<<<blocks_for(n, 256), 256>>>(out, in, n);
+static const void *to_bf16(void *out, const float *in, size_t n) {
+    to_bf16_kernel<<<blocks_for(n, 256), 256>>>((__nv_bfloat16 *)out, in, n);
     cudaCheckLaunch();
     return out;
 }
 
-// The weights' bf16 copy: params[i] is copy[i], as cast before this step (matmul_weights_changed)
-static const float *copied_params;
-static size_t copied_n;
-static DeviceScratch weights_copy;
-
-void matmul_weights_changed(const float *params, size_t n) {
-    const char *off = getenv("PICOTRON_BF16_WEIGHT_COPY");
-    if (!compute_bf16 || n == 0 || (off && strcmp(off, "0") == 0)) return;
-    PROFILE(PROFILE_GEMM);
-    to_bf16((__nv_bfloat16 *)device_scratch(&weights_copy, n * sizeof(__nv_bfloat16)), params, n);
-    copied_params = params, copied_n = n;
-}
-
-// weight (n) in bf16: its place in the copy when it lies in the parameter buffer, else cast into
-// out (the same bits either way: one rounding of the same fp32 value)
-static const void *weight_bf16(__nv_bfloat16 *out, const float *weight, size_t n) {
-    if (copied_params && weight >= copied_params && weight + n <= copied_params + copied_n)
-        return (const __nv_bfloat16 *)weights_copy.ptr + (weight - copied_params);
-    return to_bf16(out, weight, n);
-}
-
-// PICOTRON_BF16_KEEP_CASTS=0: every product casts its own inputs, as torch.autocast does; the
-// tests' way to show that the copies below give the same bits. Read once: the kernels that write
-// the copies and every column-parallel call ask.
+// read once: the products and the kernels that write copies ask at every call
 static int cast_at_every_product(void) {
-    static int off = -1;
-    if (off < 0) {
-        const char *value = getenv("PICOTRON_BF16_KEEP_CASTS");
-        off = value && strcmp(value, "0") == 0;
+    static int on = -1;
+    if (on < 0) {
+        const char *value = test_switch("CAST_AT_EVERY_PRODUCT");
+        on = value && strcmp(value, "1") == 0;
     }
-    return off;
+    return on;
 }
 
-// The bf16 copies written beside their fp32 tensors by the kernels that write those whole: x[i]
-// rounds to copy[i] from the kernel's write until the next (or until any device_free, which may
-// hand the memory to another tensor). Only those kernels write these tensors (model.c's ln1, ln2,
-// lnf, act, d(gate), d(up), dlogits; their MoE and generate.c counterparts), so a product reading
-// x, or rows of it, reads the copy: one bf16 write where a cast read 4 bytes and wrote 2 more. A
-// table of COPIES (a step needs 3 a layer and micro-batch in flight, and a few); a full table
-// starts again.
-#define COPIES 1024
-static struct {
-    const float *src;
+// Under CAST_AT_EVERY_PRODUCT, operand k (0 to 2) of a product is cast into scratch[k]. The
+// compute stream runs in program order, so the next product may overwrite it: nothing reads it
+// after its GEMM.
+static DeviceScratch scratch[3];
+
+static const void *cast_into_scratch(int k, const float *x, size_t n) {
+    return to_bf16(device_scratch(&scratch[k], n * sizeof(__nv_bfloat16)), x, n);
+}
+
+// The weights' casts, one entry per weight the products read. The contract that makes them sound
+// (backend.h): from one backend_step_begin() to the next, the weights the products read are not
+// written. train.c calls it at the start of each step, after AdamW and ZeRO-1's all-gather wrote
+// the weights; a program that writes weights otherwise (a test's AdamW steps, a checkpoint loaded
+// between products) calls it after the write. So an entry cast this step holds its weight's bits.
+// backend_step_begin marks every entry for casting again; the buffers stay, so that a step
+// allocates nothing. device_free forgets the entries of the memory it frees (which may become any
+// tensor); nothing else looks here, so the writes of a step cost no search of these entries.
+typedef struct {
+    const float *src; // NULL: free, its buffer kept for another weight
     size_t n;
+    int cast_this_step;
     DeviceScratch copy;
-} copies[COPIES];
-static int num_copies;
+} WeightCast;
+static WeightCast *weight_casts;
+static int num_weight_casts, weight_casts_cap;
+
+void backend_step_begin(void) {
+    for (int i = 0; i < num_weight_casts; i++) weight_casts[i].cast_this_step = 0;
+}
+
+// weight (n) in bf16: its entry, cast at the first product of the step
+static const void *weight_bf16(const float *weight, size_t n) {
+    if (cast_at_every_product()) return cast_into_scratch(1, weight, n);
+    WeightCast *e = NULL;
+    for (int i = 0; i < num_weight_casts && !e; i++)
+        if (weight_casts[i].src == weight) e = &weight_casts[i];
+    for (int i = 0; i < num_weight_casts && !e; i++)
+        if (!weight_casts[i].src) e = &weight_casts[i];
+    if (!e) {
+        if (num_weight_casts == weight_casts_cap) {
+            weight_casts_cap = weight_casts_cap ? 2 * weight_casts_cap : 64;
+            weight_casts =
+                (WeightCast *)realloc(weight_casts, weight_casts_cap * sizeof(WeightCast));
+            if (!weight_casts) FAIL("out of host memory", "cannot grow the weights' casts");
+        }
+        e = &weight_casts[num_weight_casts++];
+        *e = WeightCast{};
+    }
+    if (e->src != weight || e->n != n || !e->cast_this_step) {
+        e->src = weight, e->n = n, e->cast_this_step = 1;
+        to_bf16(device_scratch(&e->copy, n * sizeof(__nv_bfloat16)), weight, n);
+    }
+    return e->copy.ptr;
+}
+
+// The other inputs' copies: copy is src (n) rounded, while valid. A step holds a few a layer and
+// micro-batch in flight (ln1, ln2, act, att, d(gate), d(up)), and dlogits, lnf and the copies of
+// the gradient buffers the layers share (dq, dk, dv, dresid). An entry keeps its src when it goes
+// stale, so that src's next copy reuses its buffer: after the first step, a step allocates
+// nothing new.
+typedef struct {
+    const float *src; // NULL: nobody's, its buffer kept for any copy
+    size_t n;
+    int valid;
+    DeviceScratch copy;
+} Copy;
+static Copy *copies;
+static int num_copies, copies_cap;
+
+static int overlaps(const float *src, size_t n, const void *ptr, size_t bytes) {
+    const char *lo = (const char *)ptr;
+    return (const char *)src < lo + bytes && (const char *)(src + n) > lo;
+}
+
+void bf16_copies_stale(const void *ptr, size_t bytes) {
+    for (int i = 0; i < num_copies; i++)
+        if (copies[i].valid && overlaps(copies[i].src, copies[i].n, ptr, bytes))
+            copies[i].valid = 0;
+}
+
+void bf16_memory_freed(const void *ptr, size_t bytes) {
+    for (int i = 0; i < num_copies; i++)
+        if (copies[i].src && overlaps(copies[i].src, copies[i].n, ptr, bytes))
+            copies[i].valid = 0, copies[i].src = NULL;
+    for (int i = 0; i < num_weight_casts; i++)
+        if (weight_casts[i].src && overlaps(weight_casts[i].src, weight_casts[i].n, ptr, bytes))
+            weight_casts[i].src = NULL;
+}
+
+// a buffer for the copy of x (n), valid from now: x's own buffer from before if it has one, else
+// the smallest stale buffer that holds it, else a new one
+static __nv_bfloat16 *new_copy(const float *x, size_t n) {
+    bf16_copies_stale(x, n * sizeof(float)); // what overlaps x is replaced by this copy
+    size_t bytes = n * sizeof(__nv_bfloat16);
+    int slot = -1;
+    for (int i = 0; i < num_copies && slot < 0; i++)
+        if (copies[i].src == x) slot = i;
+    for (int i = 0; i < num_copies && slot < 0; i++)
+        if (!copies[i].valid && copies[i].copy.bytes >= bytes &&
+            (slot < 0 || copies[i].copy.bytes < copies[slot].copy.bytes))
+            slot = i;
+    if (slot < 0) {
+        if (num_copies == copies_cap) {
+            copies_cap = copies_cap ? 2 * copies_cap : 256;
+            copies = (Copy *)realloc(copies, copies_cap * sizeof(Copy));
+            if (!copies) FAIL("out of host memory", "cannot grow the table of bf16 copies");
+        }
+        slot = num_copies++;
+        copies[slot] = Copy{};
+    }
+    copies[slot].src = x, copies[slot].n = n, copies[slot].valid = 1;
+    return (__nv_bfloat16 *)device_scratch(&copies[slot].copy, bytes);
+}
 
 __nv_bfloat16 *bf16_copy_to_write(const float *x, size_t n) {
+    bf16_copies_stale(x, n * sizeof(float)); // the kernel writes x: its old copies go
     if (!compute_bf16 || n == 0 || cast_at_every_product()) return NULL;
-    int slot = -1;
-    for (int i = 0; i < num_copies; i++) { // a copy of x's memory from before is stale now
-        if (copies[i].src == NULL || copies[i].src >= x + n || copies[i].src + copies[i].n <= x)
-            continue;
-        if (slot < 0 || copies[i].src == x) slot = i; // x's own slot if it has one: same size
-        copies[i].src = NULL;
-    }
-    for (int i = 0; slot < 0 && i < num_copies; i++)
-        if (copies[i].src == NULL) slot = i;
-    if (slot < 0 && num_copies == COPIES) bf16_copies_forget();
-    if (slot < 0) slot = num_copies++;
-    copies[slot].src = x, copies[slot].n = n;
-    return (__nv_bfloat16 *)device_scratch(&copies[slot].copy, n * sizeof(__nv_bfloat16));
+    return new_copy(x, n);
 }
 
-void bf16_copies_forget(void) {
-    num_copies = 0; // their buffers stay, for the next copies
-}
-
-// x (n) in bf16 as a kernel wrote it beside x, or NULL
-static const void *bf16_copy_written(const float *x, size_t n) {
+// an input x (n), operand k of its product, in bf16: the valid copy that holds it (x may be rows
+// of a copied tensor), or cast now into a copy of its own
+static const void *input_bf16(int k, const float *x, size_t n) {
+    if (cast_at_every_product()) return cast_into_scratch(k, x, n);
     for (int i = 0; i < num_copies; i++)
-        if (copies[i].src && x >= copies[i].src && x + n <= copies[i].src + copies[i].n)
+        if (copies[i].valid && x >= copies[i].src && x + n <= copies[i].src + copies[i].n)
             return (const __nv_bfloat16 *)copies[i].copy.ptr + (x - copies[i].src);
-    return NULL;
-}
-
-// The inputs cast between matmul_keep_casts and matmul_drop_casts, each in its own buffer (kept
-// for the next window, so that a step allocates nothing new): a product that reads one of them
-// again reads its copy. Beyond KEPT_CASTS inputs a window casts as outside one.
-#define KEPT_CASTS 8
-static struct {
-    const float *src;
-    size_t n;
-    DeviceScratch copy;
-} kept[KEPT_CASTS];
-static int keeping, num_kept;
-
-void matmul_keep_casts(void) {
-    keeping = compute_bf16 && !cast_at_every_product();
-}
-
-void matmul_drop_casts(void) {
-    keeping = 0, num_kept = 0;
-}
-
-// an input x (n) in bf16: the copy its kernel wrote, or its copy kept in this window, else cast
-// into out (or into a kept copy)
-static const void *input_bf16(__nv_bfloat16 *out, const float *x, size_t n) {
-    const void *written = bf16_copy_written(x, n);
-    if (written) return written;
-    for (int i = 0; keeping && i < num_kept; i++)
-        if (kept[i].src == x && kept[i].n == n) return kept[i].copy.ptr;
-    if (!keeping || num_kept == KEPT_CASTS) return to_bf16(out, x, n);
-    kept[num_kept].src = x, kept[num_kept].n = n;
-    void *copy = device_scratch(&kept[num_kept++].copy, n * sizeof(__nv_bfloat16));
-    return to_bf16((__nv_bfloat16 *)copy, x, n);
+    return to_bf16(new_copy(x, n), x, n);
 }
 
 // c (m, n) = a (op) @ b (op) + beta * c, column-major; a and b of `type`, c fp32
@@ -181,13 +206,12 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
         device_zero(out, (size_t)N * OC * sizeof(float));
         return;
     }
+    bf16_copies_stale(out, (size_t)N * OC * sizeof(float));
     const void *a = weight, *b = inp;
     cudaDataType type = CUDA_R_32F;
     if (compute_bf16) {
-        size_t n_inp = (size_t)N * C, n_w = (size_t)OC * C;
-        __nv_bfloat16 *s = bf16_scratch(aligned(n_inp) + n_w);
-        b = input_bf16(s, inp, n_inp);
-        a = weight_bf16(s + aligned(n_inp), weight, n_w);
+        b = input_bf16(0, inp, (size_t)N * C);
+        a = weight_bf16(weight, (size_t)OC * C);
         type = CUDA_R_16BF;
     }
     // column-major: out^T (OC, N) = W^T-as-stored (OC x C, op T of the (C, OC) buffer) @ inp^T
@@ -204,15 +228,14 @@ static void backward(float *dinp, float *dweight, const float *dout, const float
         if (dinp && dinp_beta == 0.0f) device_zero(dinp, (size_t)N * C * sizeof(float));
         return;
     }
+    if (dinp) bf16_copies_stale(dinp, (size_t)N * C * sizeof(float));
+    if (dweight) bf16_copies_stale(dweight, (size_t)OC * C * sizeof(float));
     const void *w = weight, *x = inp, *dy = dout;
     cudaDataType type = CUDA_R_32F;
     if (compute_bf16) {
-        size_t n_dout = (size_t)N * OC, n_w = dinp ? (size_t)OC * C : 0;
-        size_t n_inp = dweight ? (size_t)N * C : 0;
-        __nv_bfloat16 *s = bf16_scratch(aligned(n_dout) + aligned(n_w) + n_inp);
-        dy = input_bf16(s, dout, n_dout);
-        if (dinp) w = weight_bf16(s + aligned(n_dout), weight, n_w);
-        if (dweight) x = input_bf16(s + aligned(n_dout) + aligned(n_w), inp, n_inp);
+        dy = input_bf16(0, dout, (size_t)N * OC);
+        if (dinp) w = weight_bf16(weight, (size_t)OC * C);
+        if (dweight) x = input_bf16(2, inp, (size_t)N * C);
         type = CUDA_R_16BF;
     }
     // column-major: dinp^T (C, N) += W (C, OC) @ dout^T (OC, N)

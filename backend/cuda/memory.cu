@@ -150,6 +150,7 @@ void *device_malloc(size_t bytes) {
     // never NULL: callers pass NULL to mean "no such output" (matmul_backward)
     cudaCheck(cudaMalloc(&ptr, bytes ? bytes : 1));
     cudaCheck(cudaMemset(ptr, 0, bytes ? bytes : 1));
+    bf16_copies_stale(ptr, bytes);
     if (num_live == live_cap) {
         live_cap = live_cap ? 2 * live_cap : 256;
         live = (decltype(live))realloc(live, live_cap * sizeof *live);
@@ -176,9 +177,9 @@ void *device_scratch(DeviceScratch *s, size_t bytes) {
 
 void device_free(void *ptr) {
     if (!ptr) return;
-    bf16_copies_forget();
     for (int i = 0; i < num_live; i++)
         if (live[i].ptr == ptr) {
+            bf16_memory_freed(ptr, live[i].bytes);
             allocated -= live[i].bytes;
             live[i] = live[--num_live];
             break;
@@ -188,17 +189,20 @@ void device_free(void *ptr) {
 
 void device_zero(void *ptr, size_t bytes) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(ptr, bytes);
     if (bytes) cudaCheck(cudaMemsetAsync(ptr, 0, bytes, 0));
 }
 
 void device_copy(void *dst, const void *src, size_t bytes) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(dst, bytes);
     if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
 }
 
 // synchronous on pageable host memory, so the host buffer may be reused on return, as on the CPU
 void host_to_device(void *dst, const void *src, size_t bytes) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(dst, bytes);
     if (bytes) cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 

@@ -127,6 +127,9 @@ void moe_router_forward(float *probs, int *topk_ids, float *topk_w, const float 
                         int E, int K) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
+    bf16_copies_stale(probs, (size_t)N * E * sizeof(float));
+    bf16_copies_stale(topk_ids, (size_t)N * K * sizeof(int));
+    bf16_copies_stale(topk_w, (size_t)N * K * sizeof(float));
     moe_router_forward_kernel<<<blocks_for(N, 128), 128>>>(probs, topk_ids, topk_w, logits, N, E,
                                                            K);
     cudaCheckLaunch();
@@ -135,12 +138,16 @@ void moe_router_forward(float *probs, int *topk_ids, float *topk_w, const float 
 void moe_dispatch(int *counts, int *offsets, int *pos, const int *topk_ids, int N, int E, int K,
                   int capacity) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(counts, E * sizeof(int));
+    bf16_copies_stale(offsets, (E + 1) * sizeof(int));
+    bf16_copies_stale(pos, (size_t)N * K * sizeof(int));
     moe_dispatch_kernel<<<1, 256>>>(counts, offsets, pos, topk_ids, N * K, E, capacity);
     cudaCheckLaunch();
 }
 
 void moe_load(float *load, const float *probs, const int *counts, int N, int E) {
     PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(load, 2 * E * sizeof(float));
     moe_load_kernel<<<1, ROW_THREADS>>>(load, probs, counts, N, E);
     cudaCheckLaunch();
 }
@@ -149,6 +156,7 @@ void moe_gather_forward(float *x_sorted, const float *x, const int *pos, int N, 
     PROFILE(PROFILE_OTHER);
     size_t n = (size_t)N * K * C;
     if (n == 0) return;
+    bf16_copies_stale(x_sorted, n * sizeof(float)); // the kept rows, at most N * K
     moe_gather_forward_kernel<<<blocks_for(n, 256), 256>>>(x_sorted, x, pos, N * K, C, K);
     cudaCheckLaunch();
 }
@@ -157,6 +165,7 @@ void moe_gather_backward(float *dx, const float *dx_sorted, const int *pos, int 
     PROFILE(PROFILE_OTHER);
     size_t n = (size_t)N * C;
     if (n == 0) return;
+    bf16_copies_stale(dx, n * sizeof(float));
     moe_gather_backward_kernel<<<blocks_for(n, 256), 256>>>(dx, dx_sorted, pos, N, C, K);
     cudaCheckLaunch();
 }
@@ -166,6 +175,7 @@ void moe_combine_forward(float *y, const float *out_sorted, const float *topk_w,
     PROFILE(PROFILE_OTHER);
     size_t n = (size_t)N * C;
     if (n == 0) return;
+    bf16_copies_stale(y, n * sizeof(float));
     moe_combine_forward_kernel<<<blocks_for(n, 256), 256>>>(y, out_sorted, topk_w, pos, N, C, K);
     cudaCheckLaunch();
 }
@@ -175,6 +185,8 @@ void moe_combine_backward(float *dout_sorted, float *dtopk_w, const float *dy,
                           int C, int K) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
+    bf16_copies_stale(dout_sorted, (size_t)N * K * C * sizeof(float));
+    bf16_copies_stale(dtopk_w, (size_t)N * K * sizeof(float));
     moe_combine_backward_kernel<<<N, ROW_THREADS>>>(dout_sorted, dtopk_w, dy, out_sorted, topk_w,
                                                     pos, C, K);
     cudaCheckLaunch();
@@ -185,6 +197,7 @@ void moe_router_backward(float *dlogits, const float *dtopk_w, const float *prob
                          float aux_scale, int tokens, int N, int E, int K) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
+    bf16_copies_stale(dlogits, (size_t)N * E * sizeof(float));
     // forward: aux = E * sum_e (counts[e] / tokens) * (1/tokens) sum_n p[n, e]
     //   =>  d aux / d p[n, e] = E * counts[e] / tokens^2
     float aux_coef = tokens > 0 ? aux_scale * (float)E / ((float)tokens * (float)tokens) : 0.0f;

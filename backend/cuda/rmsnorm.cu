@@ -79,6 +79,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
     PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
     __nv_bfloat16 *out16 = bf16_copy_to_write(out, (size_t)N * C);
+    bf16_copies_stale(rstd, (size_t)N * sizeof(float));
     rmsnorm_forward_kernel<<<N, ROW_THREADS>>>(out, out16, rstd, inp, weight, C, eps);
     cudaCheckLaunch();
 }
@@ -89,6 +90,8 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
                       const float *weight, const float *rstd, int N, int C) {
     PROFILE(PROFILE_OTHER);
     if (N == 0 || C == 0) return;
+    bf16_copies_stale(dinp, (size_t)N * C * sizeof(float));
+    bf16_copies_stale(dweight, (size_t)C * sizeof(float));
     int P = (int)blocks_for(N, RMS_ROWS);
     float *partial = (float *)device_scratch(&partial_buf, (size_t)P * C * sizeof(float));
     // a block may use 48 KiB of shared memory in all (block_reduce's few words included) unless

@@ -21,6 +21,7 @@ __global__ static void rotate_kernel(float *x, const float *cos, const float *si
 static void rotate(float *x, const float *cos, const float *sin, int B, int T, int NH, int D,
                    float dir) {
     size_t pairs = (size_t)B * T * NH * (D / 2);
+    bf16_copies_stale(x, (size_t)B * T * NH * D * sizeof(float));
     if (pairs == 0) return;
     rotate_kernel<<<blocks_for(pairs, 256), 256>>>(x, cos, sin, T, NH, D, dir, pairs);
     cudaCheckLaunch();

@@ -39,8 +39,7 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
                      const float *up, size_t N) {
     PROFILE(PROFILE_OTHER);
     if (N == 0) return;
-    __nv_bfloat16 *dgate16 = bf16_copy_to_write(dgate, N);
-    __nv_bfloat16 *dup16 = dgate16 ? bf16_copy_to_write(dup, N) : NULL;
+    __nv_bfloat16 *dgate16 = bf16_copy_to_write(dgate, N), *dup16 = bf16_copy_to_write(dup, N);
     swiglu_backward_kernel<<<blocks_for(N, 256), 256>>>(dgate, dup, dgate16, dup16, dout, gate,
                                                          up, N);
     cudaCheckLaunch();

@@ -17,7 +17,7 @@
 #   3.       layout equivalence on one GPU with the mpi backend (two ranks share the GPU): dp=2,
 #            tp=2 (and sequence-parallel), pp=2 (1f1b), cp=2 against one rank, fp32, tests/layout_harness.sh's tolerances
 #   4.       NCCL on one GPU: all-reduces through a communicator of one rank, blocking and on the
-#            group's stream with events (PICOTRON_NCCL_GROUP_OF_ONE, tests/gpu/test_nccl_one_gpu.c)
+#            group's stream with events (PICOTRON_TEST_NCCL_GROUP_OF_ONE, tests/gpu/test_nccl_one_gpu.c)
 #   scale    2 steps of the tiny model with 71680 tokens per micro-batch (grid limits at scale)
 #   5.       benchmark (bench/gpu_bench.sh): SmolLM-1.7B-shaped layers, bf16, seq 2048 (SEQ, as
 #            far as gpu_bench.sh takes it: the line says which it ran): tokens/s, MFU against the
@@ -39,6 +39,9 @@
 #   PICOTRON_CHECK_LIMIT=SECONDS  the global limit (540; 840 on the emulator)
 #   PICOTRON_CHECK_BENCH="L M S"  the benchmark's layers, micro-batch and steps (16 4 8)
 #   STEPS=N                       the layout harness's steps (10); a dry run may take fewer
+#   PICOTRON_CHECK_STEPS="1 3"    only these of the steps 1 2 3 4 scale 5 (the build or the probe
+#                                 runs first all the same): a step rerun alone, or a rehearsal
+#                                 split between two tests (t_81 from source, t_82 from the bundle)
 #   PICOTRON_CHECK_PROBE_ONLY=1   with PREBUILT: the probe alone
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 # OUT and the bundle may be named relative to where this was started
@@ -64,6 +67,15 @@ if ! [[ $LIMIT =~ ^[1-9][0-9]*$ ]]; then
     echo "check.sh: PICOTRON_CHECK_LIMIT='$LIMIT' is not a number of seconds"
     exit 2
 fi
+ALL_STEPS="1 2 3 4 scale 5"
+WANTED=${PICOTRON_CHECK_STEPS:-$ALL_STEPS}
+for s in $WANTED; do
+    if [[ " $ALL_STEPS " != *" $s "* ]]; then
+        echo "check.sh: PICOTRON_CHECK_STEPS names '$s': the steps are $ALL_STEPS"
+        exit 2
+    fi
+done
+wanted() { [[ " $WANTED " == *" $1 "* ]]; }
 
 # The whole check runs under one timeout, in a second copy of this script; this one only waits
 # for it (and copies its output into $OUT/check.log), then says so if the limit stopped it.
@@ -162,7 +174,9 @@ if [ -z "$PREBUILT" ]; then
     if [ ${#missing[@]} -gt 0 ]; then
         stop "missing ${missing[*]}" "scripts/install_deps.sh installs them; without a registry, make bundle/ elsewhere with tests/gpu/bundle.sh and set PICOTRON_CHECK_PREBUILT=bundle"
     fi
-    timeout "$(limit 360)" make GPU="$GPU_MODE" -j"$(nproc)" >"$scratch/build.log" 2>&1
+    # the test programs too, whichever steps run
+    timeout "$(limit 360)" bash -c "make GPU=$GPU_MODE -j$(nproc) && bash tests/gpu/build_test.sh" \
+        >"$scratch/build.log" 2>&1
     built=$?
     rc=$built
     if [ $rc -eq 0 ] && grep -qi warning "$scratch/build.log"; then
@@ -173,7 +187,6 @@ if [ -z "$PREBUILT" ]; then
     fi
     report $rc
     [ $built -eq 0 ] || finish
-    build_tests=(bash tests/gpu/build_test.sh)
 else
     # ------------------------------------------------------------------------------------------
     # prebuilt: unpack the bundle, put it first, find the GPU machine's libraries, probe
@@ -204,7 +217,6 @@ else
     echo "bundle: $(manifest commit), $(manifest make); built $(manifest built)"
     BUILD=$root/build
     TRAIN=$root/bin/train
-    build_tests=(true)
     export PATH=$root/bin:$PATH
     lib_dirs=$root/lib
     if [ "$flavour" = gpu ]; then
@@ -279,92 +291,103 @@ else
 fi
 
 # ------------------------------------------------------------------------------------------------
-step "1. CUDA kernels vs their CPU twins"
-{ "${build_tests[@]}" && timeout "$(limit 90)" "$BUILD/tests/gpu/test_kernels_vs_cpu"; } \
-    >>"$steps_log" 2>&1
-rc=$?
-# here the bf16 products, flash attention's outputs and dq, and what failed; check-steps.log has
-# every kernel's line
-step_log | grep -E '^ +FAIL|^ +ok +bf16|^ +ok +flash (fwd .* out|bwd .* dq)|device_memory_used' |
-    sed 's/^ */    /'
-report $rc "$(step_log | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)"
+if wanted 1; then
+    step "1. CUDA kernels vs their CPU twins"
+    timeout "$(limit 90)" "$BUILD/tests/gpu/test_kernels_vs_cpu" >>"$steps_log" 2>&1
+    rc=$?
+    # here the bf16 products, flash attention's outputs and dq, and what failed; check-steps.log has
+    # every kernel's line
+    step_log | grep -E '^ +FAIL|^ +ok +bf16|^ +ok +flash (fwd .* out|bwd .* dq)|device_memory_used' |
+        sed 's/^ */    /'
+    report $rc "$(step_log | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)"
+fi
 
-step "2. tiny model on one GPU vs the PyTorch fixture, fp32 and bf16"
-{ PICOTRON_BUILD=$BUILD timeout "$(limit 60)" bash tests/t_30_model_vs_torch.sh &&
-    timeout "$(limit 60)" "$BUILD/tests/gpu/test_model_bf16" tests/fixtures/llama_tiny_tied.bin \
-        tests/fixtures/llama_tiny_untied.bin; } >>"$steps_log" 2>&1
-rc=$?
-step_log | grep -E '^tests/fixtures|\(tol ' | sed 's/^/    /'
-report $rc "$(step_log | grep -c '^tests/fixtures/.*: PASS') of 5 fixture runs pass (fp32: tied, untied, Mixtral; bf16: tied, untied)"
+if wanted 2; then
+    step "2. tiny model on one GPU vs the PyTorch fixture, fp32 and bf16"
+    { PICOTRON_BUILD=$BUILD timeout "$(limit 60)" bash tests/t_30_model_vs_torch.sh &&
+        timeout "$(limit 60)" "$BUILD/tests/gpu/test_model_bf16" tests/fixtures/llama_tiny_tied.bin \
+            tests/fixtures/llama_tiny_untied.bin; } >>"$steps_log" 2>&1
+    rc=$?
+    step_log | grep -E '^tests/fixtures|\(tol ' | sed 's/^/    /'
+    report $rc "$(step_log | grep -c '^tests/fixtures/.*: PASS') of 5 fixture runs pass (fp32: tied, untied, Mixtral; bf16: tied, untied)"
+fi
 
-step "3. layouts on one GPU, mpi backend: dp2, tp2, tp2 sequence-parallel, pp2 1f1b, cp2, experts on ep2 = one rank"
-# in its own bash: the harness sets its own EXIT trap and counters
-# shellcheck disable=SC2016
-PICOTRON_BUILD=$BUILD HARNESS_TRAIN=$TRAIN timeout "$(limit 180)" bash -c '
-    export HARNESS_DISTRIBUTED_EXTRA="\"use_cpu\": false, \"backend\": \"mpi\""
-    export HARNESS_MODEL_EXTRA="\"dtype\": \"float32\"" # the GPU default, bfloat16, is not exact
-    source tests/layout_harness.sh
-    run_layout base ga=4 || exit 1
-    check_layout base dp2 dp=2 ga=2
-    check_layout base tp2 tp=2
-    check_layout base tp2_sp tp=2 sp=true
-    check_layout base pp2_1f1b pp=2 engine=1f1b
-    check_layout base cp2 cp=2
-    moe="experts=4 topk=2 aux=0.05 mbs=1"
-    run_layout base_moe ga=4 $moe || exit 1
-    check_layout base_moe ep2_moe dp=2 ep=2 ga=2 $moe
-    [ "$harness_failures" -eq 0 ]' >>"$steps_log" 2>&1
-rc=$?
-step_log | grep -E '^(ok|FAIL) ' | sed 's/^/    /'
-report $rc "$(step_log | awk '
-    /^ok / { n++; for (i = 1; i <= NF; i++) {
-        if ($i == "diff" && $(i - 3) == "losses" && $(i + 1) + 0 > l) l = $(i + 1) + 0
-        if ($i == "diff" && $(i - 1) == "L2" && $(i + 1) + 0 > w) w = $(i + 1) + 0 } }
-    END { printf "%d of 6 layouts equal one rank, worst loss rel diff %.2e, worst weight rel L2 %.2e", n, l, w }')"
+if wanted 3; then
+    step "3. layouts on one GPU, mpi backend: dp2, tp2, tp2 sequence-parallel, pp2 1f1b, cp2, experts on ep2 = one rank"
+    # in its own bash: the harness sets its own EXIT trap and counters
+    # shellcheck disable=SC2016
+    PICOTRON_BUILD=$BUILD HARNESS_TRAIN=$TRAIN timeout "$(limit 180)" bash -c '
+        export HARNESS_DISTRIBUTED_EXTRA="\"use_cpu\": false, \"backend\": \"mpi\""
+        export HARNESS_MODEL_EXTRA="\"dtype\": \"float32\"" # the GPU default, bfloat16, is not exact
+        source tests/layout_harness.sh
+        run_layout base ga=4 || exit 1
+        check_layout base dp2 dp=2 ga=2
+        check_layout base tp2 tp=2
+        check_layout base tp2_sp tp=2 sp=true
+        check_layout base pp2_1f1b pp=2 engine=1f1b
+        check_layout base cp2 cp=2
+        moe="experts=4 topk=2 aux=0.05 mbs=1"
+        run_layout base_moe ga=4 $moe || exit 1
+        check_layout base_moe ep2_moe dp=2 ep=2 ga=2 $moe
+        [ "$harness_failures" -eq 0 ]' >>"$steps_log" 2>&1
+    rc=$?
+    step_log | grep -E '^(ok|FAIL) ' | sed 's/^/    /'
+    report $rc "$(step_log | awk '
+        /^ok / { n++; for (i = 1; i <= NF; i++) {
+            if ($i == "diff" && $(i - 3) == "losses" && $(i + 1) + 0 > l) l = $(i + 1) + 0
+            if ($i == "diff" && $(i - 1) == "L2" && $(i + 1) + 0 > w) w = $(i + 1) + 0 } }
+        END { printf "%d of 6 layouts equal one rank, worst loss rel diff %.2e, worst weight rel L2 %.2e", n, l, w }')"
+fi
 
-step "4. NCCL on one GPU: a one-rank communicator, its stream and events"
-timeout "$(limit 60)" "$BUILD/tests/gpu/test_nccl_one_gpu" >>"$steps_log" 2>&1
-rc=$?
-step_log | grep -E '^ +(ok|FAIL)' | sed 's/^ */    /'
-report $rc "$(step_log | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)"
+if wanted 4; then
+    step "4. NCCL on one GPU: a one-rank communicator, its stream and events"
+    timeout "$(limit 60)" "$BUILD/tests/gpu/test_nccl_one_gpu" >>"$steps_log" 2>&1
+    rc=$?
+    step_log | grep -E '^ +(ok|FAIL)' | sed 's/^ */    /'
+    report $rc "$(step_log | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)"
+fi
 
 # a micro-batch of 71680 tokens: more rows than a grid's y or z dimension holds (65535)
-step "scale: 2 steps with 71680 tokens per micro-batch, bf16"
-cat >"$scratch/scale.json" <<JSON
-{"distributed": {"use_cpu": false}, "model": {"name": "picotron-tiny", "num_hidden_layers": 2},
- "training": {"total_train_steps": 2, "seq_length": 1024, "micro_batch_size": 70},
- "dataset": {"name": "data/pride_and_prejudice.txt"}}
+if wanted scale; then
+    step "scale: 2 steps with 71680 tokens per micro-batch, bf16"
+    cat >"$scratch/scale.json" <<JSON
+    {"distributed": {"use_cpu": false}, "model": {"name": "picotron-tiny", "num_hidden_layers": 2},
+     "training": {"total_train_steps": 2, "seq_length": 1024, "micro_batch_size": 70},
+     "dataset": {"name": "data/pride_and_prejudice.txt"}}
 JSON
-timeout "$(limit 90)" "${HEAVY[@]}" mpirun -np 1 "$TRAIN" --config "$scratch/scale.json" \
-    >>"$steps_log" 2>&1
-rc=$?
-step_log | grep -E 'Step: *2 ' | sed 's/^/    /'
-report $rc "$(step_log | grep -E 'Step: *2 ' | grep -oE 'Tokens/s: *[0-9.]+[KMG]?' | tail -n 1)"
+    timeout "$(limit 90)" "${HEAVY[@]}" mpirun -np 1 "$TRAIN" --config "$scratch/scale.json" \
+        >>"$steps_log" 2>&1
+    rc=$?
+    step_log | grep -E 'Step: *2 ' | sed 's/^/    /'
+    report $rc "$(step_log | grep -E 'Step: *2 ' | grep -oE 'Tokens/s: *[0-9.]+[KMG]?' | tail -n 1)"
+fi
 
-step "5. benchmark, SmolLM-1.7B-shaped layers, bf16"
-sampler=
-if [ "$GPU_MODE" = 1 ] && command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 \
-        >"$scratch/memory.csv" 2>/dev/null &
-    sampler=$!
+if wanted 5; then
+    step "5. benchmark, SmolLM-1.7B-shaped layers, bf16"
+    sampler=
+    if [ "$GPU_MODE" = 1 ] && command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 \
+            >"$scratch/memory.csv" 2>/dev/null &
+        sampler=$!
+    fi
+    SEQ=2048 PICOTRON_TRAIN=$TRAIN timeout "$(limit 240)" "${HEAVY[@]}" \
+        bash bench/gpu_bench.sh "${BENCH_ARGS[@]}" >>"$steps_log" 2>&1
+    rc=$?
+    [ -n "$sampler" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
+    step_log | grep -E '^(bench|profile|roofline):' | sed 's/^/    /'
+    peak_smi=n/a
+    if [ -s "$scratch/memory.csv" ]; then
+        peak_smi=$(sort -n "$scratch/memory.csv" | tail -n 1 | awk '{ printf "%.1f GiB", $1 / 1024 }')
+    fi
+    peak_train=$(step_log | grep -oE 'Memory usage: *[0-9.]+GB' | awk '{ sub("GB", "", $3); if ($3 > m) m = $3 }
+        END { printf "%.1f GB", m }')
+    report $rc "$(step_log | awk -v smi="$peak_smi" -v mem="$peak_train" '
+        /^bench: SmolLM/ { match($0, /[0-9]+ layers/); layers = substr($0, RSTART, RLENGTH)
+                           match($0, /seq [0-9]+/); seq = substr($0, RSTART, RLENGTH)
+                           match($0, /mbs [0-9]+/); mbs = substr($0, RSTART, RLENGTH) }
+        /^bench: step/ { sub(/^bench: /, ""); speed = $0 }
+        /^bench: per step/ { sub(/^bench: per step, all [0-9]+ steps: /, ""); split_ = $0 }
+        END { printf "%s, %s, %s: %s; peak GPU memory %s (nvidia-smi), %s (train); per step: %s",
+              layers, seq, mbs, speed, smi, mem, split_ }')"
 fi
-SEQ=2048 PICOTRON_TRAIN=$TRAIN timeout "$(limit 240)" "${HEAVY[@]}" \
-    bash bench/gpu_bench.sh "${BENCH_ARGS[@]}" >>"$steps_log" 2>&1
-rc=$?
-[ -n "$sampler" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
-step_log | grep -E '^(bench|profile|roofline):' | sed 's/^/    /'
-peak_smi=n/a
-if [ -s "$scratch/memory.csv" ]; then
-    peak_smi=$(sort -n "$scratch/memory.csv" | tail -n 1 | awk '{ printf "%.1f GiB", $1 / 1024 }')
-fi
-peak_train=$(step_log | grep -oE 'Memory usage: *[0-9.]+GB' | awk '{ sub("GB", "", $3); if ($3 > m) m = $3 }
-    END { printf "%.1f GB", m }')
-report $rc "$(step_log | awk -v smi="$peak_smi" -v mem="$peak_train" '
-    /^bench: SmolLM/ { match($0, /[0-9]+ layers/); layers = substr($0, RSTART, RLENGTH)
-                       match($0, /seq [0-9]+/); seq = substr($0, RSTART, RLENGTH)
-                       match($0, /mbs [0-9]+/); mbs = substr($0, RSTART, RLENGTH) }
-    /^bench: step/ { sub(/^bench: /, ""); speed = $0 }
-    /^bench: per step/ { sub(/^bench: per step, all [0-9]+ steps: /, ""); split_ = $0 }
-    END { printf "%s, %s, %s: %s; peak GPU memory %s (nvidia-smi), %s (train); per step: %s",
-          layers, seq, mbs, speed, smi, mem, split_ }')"
 finish

@@ -40,14 +40,13 @@
     X(adamw_update)                                                                                \
     X(init_tensor)
 
-// Settings, not kernels: the CPU build computes in float32 only, so no twin is linked for
+// Settings, not kernels: the CPU build computes in float32 only and keeps no bf16 copies, so no
+// twin is linked for
 //   X(backend_set_dtype)
-//   X(matmul_weights_changed)
-//   X(matmul_keep_casts)
-//   X(matmul_drop_casts)
+//   X(backend_step_begin)
 // (listed for t_80_gpu_build.sh, which wants every function of backend.h here); the bf16
-// products they select are compared in test_matmul_bf16 of tests/gpu/test_kernels_vs_cpu.c, and
-// the weights' copy and the kept casts against casting per product by t_81 (4b).
+// products they select are compared in test_matmul_bf16 and test_bf16_copies of
+// tests/gpu/test_kernels_vs_cpu.c, and the copies against casting at every product by t_81 (4b).
 
 #define DECLARE_CPU_TWIN(name) extern __typeof__(name) cpu_##name;
 CPU_TWINS(DECLARE_CPU_TWIN)

@@ -179,6 +179,69 @@ static void test_matmul_bf16(void) {
     device_free(d_dinp), device_free(d_dw);
 }
 
+// bf16 out (N, OC) = x (N, C) @ w (OC, C)^T against the CPU twin on x and w as the device holds
+// them now, rounded to bf16: a product that read a copy from before a write is off by O(1)
+static void check_product_now(const char *what, float *d_out, const float *d_x, const float *d_w,
+                              int N, int C, int OC) {
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x = xmalloc(nx * 4), *w = xmalloc(nw * 4), *out = xmalloc(ny * 4);
+    device_to_host(x, d_x, nx * 4);
+    device_to_host(w, d_w, nw * 4);
+    float *x_r = bf16_rounded(x, nx), *w_r = bf16_rounded(w, nw);
+    matmul_forward(d_out, d_x, d_w, N, C, OC);
+    cpu_matmul_forward(out, x_r, w_r, N, C, OC);
+    check(what, d_out, out, ny, TOL_BF16_SUM);
+    free(x), free(w), free(out), free(x_r), free(w_r);
+}
+
+// The bf16 copies matmul.cu keeps follow every write: after each way the backend writes a
+// product's input (its kernel writing the copy, then an add, a scale, a fill of one row, a host
+// copy, a device copy, RoPE in place, a product's output, a memset), the next product reads the
+// new values, whole or a block of rows; and a weight written between steps is read anew after
+// backend_step_begin.
+static void test_bf16_copies(void) {
+    int N = 48, C = 64, OC = 40, D = 16;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, nt = (size_t)N * D / 2;
+    float *in = random_host(nx, -1, 1), *norm_w = random_host(C, 0.5f, 1.5f);
+    float *y = random_host(nx, -1, 1), *w = random_host(nw, -1, 1), *w2 = random_host(nx, -1, 1);
+    float *cs = random_host(nt, -1, 1), *sn = random_host(nt, -1, 1);
+    float *d_in = to_device(in, nx * 4), *d_norm_w = to_device(norm_w, C * 4);
+    float *d_y = to_device(y, nx * 4), *d_w = to_device(w, nw * 4), *d_w2 = to_device(w2, nx * 4);
+    float *d_cs = to_device(cs, nt * 4), *d_sn = to_device(sn, nt * 4);
+    float *d_x = device_malloc(nx * 4), *d_rstd = device_malloc(N * 4);
+    float *d_out = device_malloc((size_t)N * OC * 4);
+    backend_set_dtype("bfloat16");
+    backend_step_begin();
+    rmsnorm_forward(d_x, d_rstd, d_in, d_norm_w, N, C, 1e-5f);
+    check_product_now("bf16 copy: written by rmsnorm_forward", d_out, d_x, d_w, N, C, OC);
+    add_inplace(d_x, d_y, nx);
+    check_product_now("bf16 copy: after add_inplace", d_out, d_x, d_w, N, C, OC);
+    scale_inplace(d_x, -0.5f, nx);
+    check_product_now("bf16 copy: after scale_inplace", d_out, d_x, d_w, N, C, OC);
+    fill(d_x + 5 * C, 0.75f, C);
+    check_product_now("bf16 copy: after fill of one row", d_out, d_x, d_w, N, C, OC);
+    host_to_device(d_x, y, nx * 4);
+    check_product_now("bf16 copy: after host_to_device, cast", d_out, d_x, d_w, N, C, OC);
+    check_product_now("bf16 copy: the same cast, kept", d_out, d_x, d_w, N, C, OC);
+    device_copy(d_x + C, d_in, C * 4);
+    check_product_now("bf16 copy: after device_copy of one row", d_out, d_x, d_w, N, C, OC);
+    rope_forward(d_x, d_cs, d_sn, 1, N, C / D, D);
+    check_product_now("bf16 copy: after rope_forward", d_out, d_x, d_w, N, C, OC);
+    matmul_forward(d_x, d_y, d_w2, N, C, C);
+    check_product_now("bf16 copy: after a product wrote it", d_out, d_x, d_w, N, C, OC);
+    device_zero(d_x + 7 * C, C * 4);
+    check_product_now("bf16 copy: after device_zero of one row", d_out, d_x, d_w, N, C, OC);
+    check_product_now("bf16 copy: rows 8 to 24 of a copy", d_out, d_x + 8 * C, d_w, 16, C, OC);
+    host_to_device(d_w, y, nw * 4);
+    backend_step_begin();
+    check_product_now("bf16 weight: written, then backend_step_begin", d_out, d_x, d_w, N, C, OC);
+    backend_set_dtype("float32");
+    free(in), free(norm_w), free(y), free(w), free(w2), free(cs), free(sn);
+    device_free(d_in), device_free(d_norm_w), device_free(d_y), device_free(d_w);
+    device_free(d_w2), device_free(d_cs), device_free(d_sn), device_free(d_x), device_free(d_rstd);
+    device_free(d_out);
+}
+
 static void test_embedding(void) {
     int N = 300, C = 96, V = 50, vocab_start = 20;
     int *tokens = xmalloc(N * sizeof(int));
@@ -799,6 +862,7 @@ int main(int argc, char **argv) {
     test_elementwise();
     test_matmul();
     test_matmul_bf16();
+    test_bf16_copies();
     test_embedding();
     test_rmsnorm();
     test_rope();

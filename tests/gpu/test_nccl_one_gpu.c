@@ -1,10 +1,10 @@
-// The NCCL path of backend/cuda/comm_nccl.cu runs on a machine with one GPU: with
-// PICOTRON_NCCL_GROUP_OF_ONE=1 (set here) a group of one rank gets an NCCL communicator of one
-// rank, and every all-reduce goes through NCCL: the blocking calls on the compute stream (sum, mean,
-// max), the *_start calls on the group's own stream behind an event, finished by comm_test()
-// polling the op's event and by comm_wait(). Over one rank each result must equal its input bit
-// for bit, so any byte NCCL, a stream or an event gets wrong shows. A ring of one (send_recv to
-// oneself) stays a device copy and is checked too.
+// The NCCL path of backend/cuda/comm_nccl.cu runs on a machine with one GPU: with the test switch
+// PICOTRON_TEST_NCCL_GROUP_OF_ONE=1 (set here; utils.h) a group of one rank gets an NCCL
+// communicator of one rank, and every all-reduce goes through NCCL: the blocking calls on the
+// compute stream (sum, mean, max), the *_start calls on the group's own stream behind an event,
+// finished by comm_test() polling the op's event and by comm_wait(). Over one rank each result
+// must equal its input bit for bit, so any byte NCCL, a stream or an event gets wrong shows. A
+// ring of one (send_recv to oneself) stays a device copy and is checked too.
 // Runs as one MPI rank (no mpirun needed); prints one line per check, "N passed, N failed" last.
 // Built by tests/gpu/build_test.sh; run by tests/gpu/check.sh.
 #include "backend/backend.h"
@@ -86,7 +86,7 @@ static void check_all_to_all(Group *g, int started, size_t n, const char *what) 
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    setenv("PICOTRON_NCCL_GROUP_OF_ONE", "1", 1);
+    setenv("PICOTRON_TEST_NCCL_GROUP_OF_ONE", "1", 1);
     backend_init(0);
     comm_set_backend("nccl");
     Group g;

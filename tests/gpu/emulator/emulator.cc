@@ -390,7 +390,7 @@ struct Barrier {
 };
 #define MAX_THREADS 1024
 #define MAX_WARPS   (MAX_THREADS / 32)
-#define STACK_BYTES (128 * 1024)
+#define STACK_BYTES (192 * 1024)
 static EmuThread threads[MAX_THREADS];
 static char *stacks[MAX_THREADS];
 static void *scheduler_sp;
@@ -642,9 +642,12 @@ static char *thread_stack(int t) {
     return stacks[t];
 }
 
-// a fresh stack that "returns" into thread_entry on the first switch to it
+// a fresh stack that "returns" into thread_entry on the first switch to it. Each thread's top
+// sits at its own offset below the end, cache line t % 64 of page t / 64: stacks a power of two
+// apart would put every thread's top words in the same cache sets, and each switch would miss
 static void *initial_sp(int t) {
-    uintptr_t top = ((uintptr_t)thread_stack(t) + STACK_BYTES) & ~(uintptr_t)15;
+    size_t offset = (size_t)(t % 64) * 64 + (size_t)(t / 64) * 4096; // < 64 KiB of STACK_BYTES
+    uintptr_t top = ((uintptr_t)thread_stack(t) + STACK_BYTES - offset) & ~(uintptr_t)15;
     void **sp = (void **)top;
     *--sp = NULL;                             // thread_entry's return address: it never returns
     *--sp = (void *)thread_entry;             // popped by emu_switch's ret
