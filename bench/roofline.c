@@ -332,6 +332,12 @@ static void step_rows(Step *st) {
            tensors * 512 * 8);
     // reads params, grads, m, v; writes params, m, v (and the bf16 copy the products read)
     kernel(st, ZEROING, PROF_OTHER, "adamw_kernel", 1, 12 * P, 7 * P * f + (p.a16 ? 2 * P : 0));
+    // the updated weights' finiteness, before anything can save them (first_nonfinite_param):
+    // one sum of their squares
+    zero(st, "device_zero: the weights' check's sum", 1, f);
+    kernel(st, ZEROING, PROF_OTHER,
+           "sum_partial_kernel: the weights' squares (first_nonfinite_param)", 1, 2 * P, P * f);
+    kernel(st, ZEROING, PROF_OTHER, "sum_final_kernel: the weights' squares", 1, 512, 512 * 8);
 }
 
 static void build(Step *st, Setup s, Plan p) {

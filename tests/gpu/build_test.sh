@@ -13,9 +13,10 @@
 # a portable target: OPT="-O2 -g -march=x86-64-v3").
 set -euo pipefail
 CFLAGS="${OPT:--O2 -march=native -g} -std=gnu11 -Wall -Wextra -fopenmp -I."
-# the core objects of a build: every top-level object but the programs' (each has a main)
+# the core objects of a build: every top-level object but the programs' (each has a main), and
+# the backend's own C files (backend/*.o: the collectives' counters and host collectives)
 core_objs() {
-    for obj in "$1"/*.o; do
+    for obj in "$1"/*.o "$1"/backend/*.o; do
         case $obj in */train.o | */create_config.o | */prepare_data.o | */generate.o | */plot_loss.o) ;; *) echo "$obj" ;; esac
     done
 }
