@@ -124,8 +124,9 @@ for rank in range(4):
     stage = rank % 2
     want = {"dp": 4 * stage_params[stage] + 4,  # the gradients, then the loss
             "pp": 4 * m * B * S * C,            # activations forward (stage 0), gradients back
-            "world": 16}                        # the stop flags (2 ints), the gradient norm's two
-                                                # sums of squares (experts', the others')
+            "world": 20}                        # the stop flags (2 ints), the gradient norm's two
+                                                # sums of squares (experts', the others'), and
+                                                # the updated weights' finiteness flag (1 int)
     got = {g: table[rank].get(g) for g in want}
     check(got == want, f"dp2 x pp2 rank {rank}: bytes per step {got}, from the shapes {want}")
 table = report("tp2_cp2")
@@ -137,7 +138,7 @@ want = {"tp": 4 * m2 * (N * C * (4 * L + 2) + 3 * N),  # per layer 2 row-paralle
                                                         # column-parallel backwards; embedding,
                                                         # head backward; the loss's max and sums
         "cp": 4 * m2 * L * ((cp - 1) * 2 * h + (cp - 1) * 4 * h + 2 * h),  # k,v; then k,v,dk,dv
-        "dp": 4 * shard + 4, "world": 16}
+        "dp": 4 * shard + 4, "world": 20}
 for rank in range(4):
     got = {g: table[rank].get(g) for g in want}
     check(got == want, f"tp2 x cp2 rank {rank}: bytes per step {got}, from the shapes {want}")
