@@ -4,6 +4,37 @@
 #include "utils.h"
 
 static CommCounters counters[GROUP_KINDS];
+static double timeout_s = 600; // torch.distributed's and NCCL's default
+
+static const char *group_names[GROUP_KINDS] = {"other", "world", "tp",    "cp",
+                                               "pp",    "dp",    "embed", "ep"};
+static const char *op_names[] = {"",          "all_reduce", "send",           "recv",
+                                 "send_recv", "barrier",    "reduce_scatter", "all_gather",
+                                 "all_to_all"};
+
+const char *comm_op_name(CommOp op) {
+    return op_names[op];
+}
+
+const char *comm_group_name(GroupKind group) {
+    return group_names[group];
+}
+
+void comm_set_timeout(double seconds) {
+    timeout_s = seconds;
+}
+
+// A stopped peer never answers and MPI never gives up, so the job would hang until its time limit.
+// The wait names what it waits on (read before comm_log_finished clears h->op); fail_job ends
+// every rank, the stopped one too (MPI_Abort kills it).
+void comm_watchdog(const Handle *h, double wait_started) {
+    double waited = now_seconds() - wait_started;
+    if (waited < timeout_s) return;
+    fail_job("timeout: waited %.0f s for %s on %s (distributed.timeout_s = %g): a rank of that "
+             "group has stopped or is far behind",
+             waited, h->op == OP_NONE ? "a communication" : op_names[h->op], group_names[h->group],
+             timeout_s);
+}
 static int keeping;
 static CommSpan *spans;
 static int num_spans, spans_cap, taken;
