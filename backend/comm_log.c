@@ -5,12 +5,27 @@
 
 static CommCounters counters[GROUP_KINDS];
 static double timeout_s = 600; // torch.distributed's and NCCL's default
+static CommOp last_op;         // the last communication started, for comm_watchdog_device
+static GroupKind last_group;
 
 static const char *group_names[GROUP_KINDS] = {"other", "world", "tp",    "cp",
                                                "pp",    "dp",    "embed", "ep"};
 static const char *op_names[] = {"",          "all_reduce", "send",           "recv",
                                  "send_recv", "barrier",    "reduce_scatter", "all_gather",
                                  "all_to_all"};
+
+void comm_watchdog_device(double wait_started) {
+    double waited = now_seconds() - wait_started;
+    if (waited < timeout_s) return;
+    if (last_op == OP_NONE)
+        fail_job("timeout: waited %.0f s for the device (distributed.timeout_s = %g): a kernel "
+                 "never ends",
+                 waited, timeout_s);
+    fail_job("timeout: waited %.0f s for the device, its last communication %s on %s "
+             "(distributed.timeout_s = %g): a rank of that group has stopped or is far behind, "
+             "or a kernel never ends",
+             waited, op_names[last_op], group_names[last_group], timeout_s);
+}
 
 const char *comm_op_name(CommOp op) {
     return op_names[op];
@@ -44,6 +59,8 @@ void comm_log_started(Handle *h, const Group *g, CommOp op, size_t bytes) {
     h->group = g->kind;
     h->bytes = bytes;
     h->started = now_seconds();
+    last_op = op;
+    last_group = g->kind;
     counters[g->kind].bytes += (double)bytes;
     counters[g->kind].calls++;
 }
