@@ -49,6 +49,7 @@ static const Field fields[] = {
     KEY("distributed", "bucket_size_mb", T_INT, bucket_size_mb),
     KEY("distributed", "dp_naive", T_BOOL, dp_naive),
     KEY("distributed", "zero1", T_BOOL, zero1),
+    KEY("distributed", "timeout_s", T_FLOAT, timeout_s),
     KEY("model", "name", T_STR, model_name),
     KEY("model", "num_hidden_layers", T_INT, num_hidden_layers),
     KEY("model", "num_attention_heads", T_INT, num_attention_heads),
@@ -182,6 +183,7 @@ void config_defaults(Config *cfg) {
     cfg->use_cpu = 1;
 #endif
     cfg->bucket_size_mb = 25;
+    cfg->timeout_s = 600; // torch.distributed's and NCCL's default: 10 minutes
     cfg->trace_steps = 3;
     strcpy(cfg->model_name, "picotron-tiny");
     config_apply_preset(cfg, cfg->model_name);
@@ -522,6 +524,10 @@ void config_validate(const Config *c) {
           c->grad_clip);
     CHECK(c->rms_norm_eps > 0, "model.rms_norm_eps = %g must be positive", c->rms_norm_eps);
     CHECK(c->rope_theta > 0, "model.rope_theta = %g must be positive", c->rope_theta);
+    CHECK(c->timeout_s > 0 && c->timeout_s <= 86400,
+          "distributed.timeout_s = %g must lie in (0, 86400]: the seconds a rank waits for a peer "
+          "before it ends the job (600 is NCCL's default)",
+          c->timeout_s);
     CHECK(c->peak_flops >= 0, "environment.PEAK_FLOPS = %g is negative", c->peak_flops);
 
     int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;

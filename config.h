@@ -15,8 +15,9 @@ typedef struct {
     int sequence_parallel; // Megatron's: the residual stream split over the tokens on tp ranks
     int cp_zigzag;         // zig-zag chunk order for a balanced causal ring
     int bucket_size_mb;    // data-parallel gradient bucket size (picotron: 25)
-    int dp_naive; // all-reduce each layer's gradients at once, blocking (picotron_tutorial 5)
-    int zero1;    // ZeRO-1: AdamW's moments sharded over the cp*dp replicas
+    int dp_naive;    // all-reduce each layer's gradients at once, blocking (picotron_tutorial 5)
+    int zero1;       // ZeRO-1: AdamW's moments sharded over the cp*dp replicas
+    float timeout_s; // the watchdog: a wait this long for a peer ends the job (NCCL's: 600)
     // model
     char model_name[256];
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;

@@ -52,6 +52,8 @@ static Flag flags[] = {
         "split the residual stream and norms over the tokens on the tp ranks (Megatron's)"),
     SET("cp_zigzag", A_SWITCH, cp_zigzag, "zig-zag sequence chunks to balance the causal ring"),
     SET("bucket_size_mb", A_INT, bucket_size_mb, "data-parallel gradient bucket size in MB"),
+    SET("timeout_s", A_FLOAT, timeout_s,
+        "seconds a rank waits for a stopped peer before the job ends, naming the wait"),
     SET("dp_naive", A_SWITCH, dp_naive,
         "naive data parallelism: all-reduce each layer's gradients at once, blocking"),
     SET("zero1", A_SWITCH, zero1,

@@ -44,12 +44,6 @@ static struct {
     int num_windows, windows_cap;
 } tr;
 
-static const char *group_names[GROUP_KINDS] = {"other", "world", "tp",    "cp",
-                                               "pp",    "dp",    "embed", "ep"};
-static const char *op_names[] = {"",          "all_reduce", "send",           "recv",
-                                 "send_recv", "barrier",    "reduce_scatter", "all_gather",
-                                 "all_to_all"};
-
 static int recording(void) {
     return tr.events && tr.in_step && tr.steps_begun <= tr.trace_steps;
 }
@@ -276,7 +270,7 @@ static void print_group_table(FILE *f, const RankReport *r, int ranks, const int
                                GROUP_EP, GROUP_EMBED, GROUP_WORLD};
     fprintf(f, "  rank  layout                          ");
     for (int k = 0; k < 7; k++)
-        if (shown[order[k]]) fprintf(f, " %12s", group_names[order[k]]);
+        if (shown[order[k]]) fprintf(f, " %12s", comm_group_name(order[k]));
     fprintf(f, "\n");
     for (int i = 0; i < ranks; i++) {
         fprintf(f, "  %4d  %-32s", i, r[i].name);
@@ -379,10 +373,10 @@ static const char *event_name(char *buf, size_t size, const Event *e) {
         snprintf(buf, size, "step %d", e->step);
         break;
     case EV_WAIT:
-        snprintf(buf, size, "wait %s %s", op_names[e->op], group_names[e->group]);
+        snprintf(buf, size, "wait %s %s", comm_op_name(e->op), comm_group_name(e->group));
         break;
     default:
-        snprintf(buf, size, "%s %s", op_names[e->op], group_names[e->group]);
+        snprintf(buf, size, "%s %s", comm_op_name(e->op), comm_group_name(e->group));
     }
     return buf;
 }

@@ -96,6 +96,7 @@ int main(int argc, char **argv) {
     backend_init(local_rank);
     backend_set_dtype(cfg.dtype);
     comm_set_backend(cfg.backend);
+    comm_set_timeout(cfg.timeout_s);
     ProcessGroupManager pgm;
     process_group_manager_init(&pgm, cfg.tp_size, cfg.cp_size, cfg.pp_size, cfg.dp_size,
                                cfg.ep_size);

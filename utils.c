@@ -44,6 +44,16 @@ void fail_at(const char *file, int line, const char *hint, const char *fmt, ...)
     end_job(1);
 }
 
+void fail_job(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[rank %d] %s\n", world_rank(), msg);
+    end_job(1);
+}
+
 // where ranks that hit bad input find each other, apart from every other message
 static MPI_Comm error_comm = MPI_COMM_NULL;
 

@@ -12,6 +12,9 @@ void fail_at(const char *file, int line, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 #define FAIL(hint, ...) fail_at(__FILE__, __LINE__, hint, __VA_ARGS__)
 
+// "[rank r] message" in one line, no file or hint (the message says both), then MPI_Abort
+void fail_job(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
 // one line naming what is wrong and how to fix it, then exit non-zero on every rank
 void user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // after MPI_Init: lets the ranks that hit the same bad input agree that one of them reports it

@@ -63,6 +63,9 @@ typedef struct {
 
 // distributed.backend: "mpi", or "nccl" (the GPU build's default); before any group_init
 void comm_set_backend(const char *name);
+// distributed.timeout_s, the watchdog: a wait that goes on this long (a peer stopped, wedged or
+// lost) ends the job with one line naming this rank, the group and the operation. Default 600.
+void comm_set_timeout(double seconds);
 void group_init(Group *g, MPI_Comm comm);
 void group_free(Group *g);
 

@@ -4,6 +4,52 @@
 #include "utils.h"
 
 static CommCounters counters[GROUP_KINDS];
+static double timeout_s = 600; // torch.distributed's and NCCL's default
+static CommOp last_op;         // the last communication started, for comm_watchdog_device
+static GroupKind last_group;
+
+static const char *group_names[GROUP_KINDS] = {"other", "world", "tp",    "cp",
+                                               "pp",    "dp",    "embed", "ep"};
+static const char *op_names[] = {"",          "all_reduce", "send",           "recv",
+                                 "send_recv", "barrier",    "reduce_scatter", "all_gather",
+                                 "all_to_all"};
+
+void comm_watchdog_device(double wait_started) {
+    double waited = now_seconds() - wait_started;
+    if (waited < timeout_s) return;
+    if (last_op == OP_NONE)
+        fail_job("timeout: waited %.0f s for the device (distributed.timeout_s = %g): a kernel "
+                 "never ends",
+                 waited, timeout_s);
+    fail_job("timeout: waited %.0f s for the device, its last communication %s on %s "
+             "(distributed.timeout_s = %g): a rank of that group has stopped or is far behind, "
+             "or a kernel never ends",
+             waited, op_names[last_op], group_names[last_group], timeout_s);
+}
+
+const char *comm_op_name(CommOp op) {
+    return op_names[op];
+}
+
+const char *comm_group_name(GroupKind group) {
+    return group_names[group];
+}
+
+void comm_set_timeout(double seconds) {
+    timeout_s = seconds;
+}
+
+// A stopped peer never answers and MPI never gives up, so the job would hang until its time limit.
+// The wait names what it waits on (read before comm_log_finished clears h->op); fail_job ends
+// every rank, the stopped one too (MPI_Abort kills it).
+void comm_watchdog(const Handle *h, double wait_started) {
+    double waited = now_seconds() - wait_started;
+    if (waited < timeout_s) return;
+    fail_job("timeout: waited %.0f s for %s on %s (distributed.timeout_s = %g): a rank of that "
+             "group has stopped or is far behind",
+             waited, h->op == OP_NONE ? "a communication" : op_names[h->op], group_names[h->group],
+             timeout_s);
+}
 static int keeping;
 static CommSpan *spans;
 static int num_spans, spans_cap, taken;
@@ -13,6 +59,8 @@ void comm_log_started(Handle *h, const Group *g, CommOp op, size_t bytes) {
     h->group = g->kind;
     h->bytes = bytes;
     h->started = now_seconds();
+    last_op = op;
+    last_group = g->kind;
     counters[g->kind].bytes += (double)bytes;
     counters[g->kind].calls++;
 }

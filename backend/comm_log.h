@@ -21,6 +21,16 @@ typedef struct {
 
 void comm_log_started(Handle *h, const Group *g, CommOp op, size_t bytes);
 void comm_log_finished(Handle *h, double wait_started);
+// the watchdog, called by comm_wait between two polls: once h has been waited for longer than
+// comm_set_timeout's seconds (since wait_started), prints one line and ends the job
+void comm_watchdog(const Handle *h, double wait_started);
+// the same for a wait on the device (the GPU build): NCCL's blocking collectives are queued with
+// the kernels, so a stopped peer shows as a device that never finishes; names the last
+// communication started, the likeliest one it waits on
+void comm_watchdog_device(double wait_started);
+// "all_reduce", "send", ... and "tp", "dp", ..., as the trace and the watchdog name them
+const char *comm_op_name(CommOp op);
+const char *comm_group_name(GroupKind group);
 // the counters since the start of the run, indexed by GroupKind
 const CommCounters *comm_log_counters(void);
 // keep = 1: each finished communication is also kept as a span until comm_log_take_spans

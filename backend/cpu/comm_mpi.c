@@ -40,6 +40,7 @@ void comm_wait(Handle *h) {
         if (h->count == 0) break;
         mpiCheck(MPI_Testall(h->count, h->req, &done, status));
         if (done) break;
+        comm_watchdog(h, wait_started);
         wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;

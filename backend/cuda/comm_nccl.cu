@@ -164,7 +164,10 @@ void comm_wait(Handle *h) {
     double wait_started = now_seconds();
     DeviceOp *op = (DeviceOp *)h->device_op;
     if (op && op->done) {
-        while (!nccl_op_done(op)) sched_yield();
+        while (!nccl_op_done(op)) {
+            comm_watchdog(h, wait_started);
+            sched_yield();
+        }
         cudaCheck(cudaEventDestroy(op->done));
     }
     for (int polls = 0;; polls++) {
@@ -173,6 +176,7 @@ void comm_wait(Handle *h) {
         if (h->count == 0) break;
         mpiCheck(MPI_Testall(h->count, h->req, &done, status));
         if (done) break;
+        comm_watchdog(h, wait_started);
         wait_pause(polls); // let the rank we are waiting for run on this core
     }
     h->count = 0;

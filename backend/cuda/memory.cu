@@ -1,6 +1,7 @@
 // Device selection and device memory on the GPU: cudaMalloc (never managed memory), copies on the
 // compute stream, memory in use from cudaMemGetInfo and the peak FLOP/s for MFU.
 #include "backend/cuda/common.h"
+#include <sched.h>
 #include <string.h>
 
 cublasHandle_t cublas_handle;
@@ -206,13 +207,33 @@ void host_to_device(void *dst, const void *src, size_t bytes) {
     if (bytes) cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
+// The watchdog's wait for the compute stream: an event polled, since cudaMemcpy and
+// cudaDeviceSynchronize would block forever behind a kernel (or an NCCL collective whose peer
+// stopped) that never ends
+static void wait_for_compute_stream(void) {
+    static cudaEvent_t queued_so_far;
+    if (!queued_so_far)
+        cudaCheck(cudaEventCreateWithFlags(&queued_so_far, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(queued_so_far, 0));
+    double started = now_seconds();
+    cudaError_t st;
+    while ((st = cudaEventQuery(queued_so_far)) == cudaErrorNotReady) {
+        comm_watchdog_device(started);
+        sched_yield();
+    }
+    cudaCheck(st);
+}
+
 void device_to_host(void *dst, const void *src, size_t bytes) {
     PROFILE(PROFILE_OTHER);
-    if (bytes) cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    if (!bytes) return;
+    wait_for_compute_stream();
+    cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
 void device_synchronize(void) {
-    cudaCheck(cudaDeviceSynchronize());
+    wait_for_compute_stream();
+    cudaCheck(cudaDeviceSynchronize()); // the groups' own streams: their waits poll in comm_wait
 }
 
 // Memory in use on this GPU as nvidia-smi shows it (total - free): it includes the CUDA context

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The watchdog: a rank stopped mid-training (SIGSTOP, as a wedged device or a lost node looks to
+# its peers) ends the whole job within distributed.timeout_s plus a few seconds, non-zero, with
+# one line naming the rank that waited, the group and the operation; for a stopped dp peer, tp
+# peer and pipeline stage. And a timeout_s that is not positive is refused in one line.
+cd "$(dirname "$0")/.." || exit 1
+command -v mpirun >/dev/null || { echo "mpirun not found: install mpich (make deps)"; exit 77; }
+TIMEOUT_S=5 # distributed.timeout_s of every case
+SLACK_S=15  # the job must end within TIMEOUT_S + SLACK_S of the stop
+dir=$(mktemp -d /tmp/picotron-watchdog.XXXXXX)
+pids=()
+cleanup() { # the stopped rank, should MPI_Abort have missed it
+    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+export OMP_NUM_THREADS=1
+status=0
+
+# the pid of world rank $2 among mpirun $1's descendants (hydra's proxy starts the ranks)
+rank_pid() {
+    local p
+    for p in $(pgrep -P "$(pgrep -P "$1" | head -1)"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PMI_RANK=$2" && echo "$p"
+    done
+}
+
+# case_stop NAME LAYOUT VICTIM EXPECT: 2 ranks in LAYOUT, rank VICTIM stopped once a step is
+# logged; the line must match EXPECT (grep -E)
+case_stop() {
+    local name=$1 layout=$2 victim_rank=$3 expect=$4
+    cat >"$dir/$name.json" <<JSON
+{"distributed": {$layout, "timeout_s": $TIMEOUT_S}, "model": {"name": "picotron-tiny"},
+ "training": {"total_train_steps": 100000, "seq_length": 64, "micro_batch_size": 1}}
+JSON
+    timeout 120 mpirun -np 2 ./train --config "$dir/$name.json" >"$dir/$name.log" 2>&1 &
+    local job=$! waited=0
+    until grep -q 'Step: ' "$dir/$name.log" || [ $waited -ge 60 ]; do sleep 0.5; waited=$((waited + 1)); done
+    local victim
+    victim=$(rank_pid "$(pgrep -P $job)" "$victim_rank")
+    [ -n "$victim" ] || { echo "$name: rank $victim_rank's pid not found"; kill $job; status=1; return; }
+    pids+=("$victim")
+    kill -STOP "$victim"
+    local start
+    start=$(date +%s.%N)
+    wait $job
+    local rc=$? secs
+    secs=$(echo "$(date +%s.%N) - $start" | bc)
+    local line
+    line=$(grep 'timeout: waited' "$dir/$name.log")
+    echo "$name: rank $victim_rank stopped; job ended after ${secs} s (exit $rc): $line"
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$(echo "$secs > $TIMEOUT_S + $SLACK_S" | bc)" = 1 ] ||
+        [ "$(echo "$line" | grep -c .)" != 1 ] || ! echo "$line" | grep -Eq "$expect"; then
+        echo "$name: FAILED (want one line matching: $expect)"
+        tail -5 "$dir/$name.log"
+        status=1
+    fi
+}
+
+case_stop dp_peer '"dp_size": 2' 1 '^\[rank 0\] timeout: waited [0-9]+ s for all_reduce on dp '
+case_stop tp_peer '"tp_size": 2' 1 '^\[rank 0\] timeout: waited [0-9]+ s for all_reduce on tp '
+# stage 0 stopped: the last stage waits for its activations (recv on pp), or, stopped between
+# two steps, in the step's closing all-reduce of the stop flag (train.c) on world
+case_stop pp_stage '"pp_size": 2' 0 \
+    '^\[rank 1\] timeout: waited [0-9]+ s for ((send|recv|send_recv) on pp|all_reduce on world) '
+
+for bad in 0 -1; do
+    sed "s/\"timeout_s\": $TIMEOUT_S/\"timeout_s\": $bad/" "$dir/dp_peer.json" >"$dir/bad.json"
+    timeout 30 mpirun -np 2 ./train --config "$dir/bad.json" >"$dir/bad.out" 2>&1
+    rc=$?
+    msg=$(grep 'timeout_s' "$dir/bad.out")
+    echo "timeout_s = $bad: exit $rc: $msg"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$msg" | grep -c .)" = 1 ] || status=1
+done
+exit $status
