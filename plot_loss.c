@@ -55,9 +55,8 @@ static void parse_run(Run *run, const char *arg) {
 static void load_run(Run *run, const char *x_key, int log_y) {
     char *text = read_whole_file(run->path, NULL);
     if (!text)
-        user_error("plot_loss: cannot read %s: %s (name a metrics file of ./train: "
-                   "logging.metrics_file)",
-                   run->path, strerror(errno));
+        user_error("plot_loss: %s %s (name a metrics file of ./train: logging.metrics_file)",
+                   run->path, file_error());
     int lines = 1;
     for (const char *c = text; *c; c++) lines += *c == '\n';
     run->x = xmalloc(lines * sizeof(double));
