@@ -551,8 +551,7 @@ void checkpoint_init_from(Model *model, const char *folder) {
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", folder);
         size_t size = 0;
         char *text = read_whole_file(path, &size), where[1200];
-        if (!text && errno != ENOENT)
-            user_error("checkpoint.init_from: %s %s", path, file_error());
+        if (!text && errno != ENOENT) user_error("checkpoint.init_from: %s %s", path, file_error());
         snprintf(where, sizeof where, "checkpoint.init_from: %s", path);
         cJSON *index = text ? json_parse(text, size, NULL, where) : NULL;
         free(text);

@@ -44,8 +44,8 @@ static FILE *dataset_file(const char *path, uint64_t *size) {
     int fd = open_regular_file(path, O_RDONLY);
     if (fd < 0 && errno == ENOENT)
         user_error("dataset error: %s: no such file (%s)", path, DATASET_HINT);
-    if (fd < 0) user_error("dataset error: %s %s; dataset.name must be " DATASET_KINDS, path,
-                           file_error());
+    if (fd < 0)
+        user_error("dataset error: %s %s; dataset.name must be " DATASET_KINDS, path, file_error());
     struct stat st;
     FILE *f = fstat(fd, &st) == 0 ? fdopen(fd, "rb") : NULL;
     if (!f) user_error("dataset error: %s cannot be read: %s", path, strerror(errno));

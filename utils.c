@@ -169,13 +169,17 @@ FILE *xfopen_at(const char *path, const char *mode, const char *file, int line) 
     (void)file, (void)line;
     if (mode[0] == 'r') { // reading: regular files only, through the one check
         int fd = open_regular_file(path, strchr(mode, '+') ? O_RDWR : O_RDONLY);
-        if (fd < 0) user_error("error: %s %s", path, file_error());
+        if (fd < 0) user_error("%s: %s %s", program_invocation_short_name, path, file_error());
         FILE *f = fdopen(fd, mode);
-        if (!f) user_error("error: %s cannot be opened: %s", path, strerror(errno));
+        if (!f)
+            user_error("%s: %s cannot be opened: %s", program_invocation_short_name, path,
+                       strerror(errno));
         return f;
     }
     FILE *f = fopen(path, mode);
-    if (!f) user_error("error: %s cannot be opened for writing: %s", path, strerror(errno));
+    if (!f)
+        user_error("%s: %s cannot be opened for writing: %s", program_invocation_short_name, path,
+                   strerror(errno));
     return f;
 }
 
@@ -327,14 +331,19 @@ cJSON *json_parse(const char *text, size_t size, const char **error_at, const ch
     memcpy(marked + (nul - text), "\\uFFFF", 6);
     cJSON *root = cJSON_ParseWithLengthOpts(marked, size + 1, NULL, 1);
     char key[4096] = "";
-    if (root && !find_marked(root, key, sizeof key)) key[0] = '\0';
+    // one marker, 3 bytes that become 6 below: room kept for them
+    if (root && !find_marked(root, key, sizeof key - 8)) key[0] = '\0';
     cJSON_Delete(root);
     free(marked);
+    for (char *m; (m = strstr(key, NUL_MARK));) // the key as the file writes it
+        memmove(m + 6, m + 3, strlen(m + 3) + 1), memcpy(m, "\\u0000", 6);
     long line = 1;
     for (const char *p = text; p < nul; p++) line += *p == '\n';
-    user_error("%s: %s%s holds \"\\u0000\" (line %ld), a NUL character that would cut the "
-               "string short; remove it",
-               where, key[0] ? "key " : "a string", key, line);
+    char at[32] = ""; // a text of one line (a JSON Lines document): where names the line
+    if (memchr(text, '\n', size ? size - 1 : 0)) snprintf(at, sizeof at, " (line %ld)", line);
+    user_error("%s: %s%s holds \"\\u0000\"%s, a NUL character that would cut the string short; "
+               "remove it",
+               where, key[0] ? "key " : "a string", key, at);
 }
 
 // picotron's MFU: 6 FLOPs per parameter per token (forward and backward) plus attention's
