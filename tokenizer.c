@@ -534,6 +534,8 @@ Tokenizer *tokenizer_load(const char *path) {
         user_error("tokenizer error: %s: %s (%s)", path,
                    errno == ENOENT ? "no such file or folder" : strerror(errno), HOW_TO_FIX);
     Tokenizer *t = xmalloc(sizeof(Tokenizer));
+    if (strlen(path) + 32 > sizeof t->path) // room for "/tokenizer.json" and "merges.txt"
+        user_error("tokenizer error: %s is longer than %zu characters", path, sizeof t->path - 32);
     snprintf(t->path, sizeof t->path, "%s", path);
     if (S_ISDIR(st.st_mode)) { // a model's folder: tokenizer.json first, as transformers does
         snprintf(t->path, sizeof t->path, "%s/tokenizer.json", path);
