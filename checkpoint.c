@@ -442,7 +442,8 @@ int checkpoint_latest(char *dir, size_t size, const char *save_dir) {
     char file[1100];
     snprintf(file, sizeof file, "%s/latest", save_dir);
     char *latest = read_whole_file(file, NULL);
-    if (!latest && errno != ENOENT) user_error("checkpoint error: %s %s", file, file_error());
+    if (!latest && errno != ENOENT && errno != ENOTDIR)
+        user_error("checkpoint error: %s %s", file, file_error());
     if (!latest) return 0;
     snprintf(dir, size, "%s/%d", save_dir, atoi(latest));
     free(latest);
@@ -551,7 +552,8 @@ void checkpoint_init_from(Model *model, const char *folder) {
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", folder);
         size_t size = 0;
         char *text = read_whole_file(path, &size), where[1200];
-        if (!text && errno != ENOENT) user_error("checkpoint.init_from: %s %s", path, file_error());
+        if (!text && errno != ENOENT && errno != ENOTDIR)
+            user_error("checkpoint.init_from: %s %s", path, file_error());
         snprintf(where, sizeof where, "checkpoint.init_from: %s", path);
         cJSON *index = text ? json_parse(text, size, NULL, where) : NULL;
         free(text);

@@ -167,7 +167,7 @@ expect_error "config: \\u0000 in a value" "$tmp/nul.json: key dataset.name holds
 expect_error "config: \\u0000 in a key" "$tmp/nul_key.json: key environment.OMP" \
     ./train --config "$tmp/nul_key.json"
 
-# more than 4096 tensors: 8 layers x (3 x 256 experts + router + 6) + 3
+# more than 4096 tensors: 8 layers of (3 x 256 experts, the router and 6 more), then 2 or 3
 cases=$((cases + 1))
 if timeout 120 ./train --config "$tmp/moe_many.json" >"$tmp/out" 2>&1; then
     echo "ok   8 layers of 256 experts (over 6000 tensors) train a step"
