@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
+#include "files.h"
 
 // Ends the whole job: prints "[rank r] file:line message" and a hint, then MPI_Abort, so no rank
 // is left waiting for one that died.
@@ -20,24 +21,9 @@ void user_errors_init(void);
 #define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
 void mpi_check(int err, const char *what, const char *file, int line);
 
-// Every file a program reads is opened here. Opens path (flags O_RDONLY or O_RDWR) when it is a
-// regular file; a directory, FIFO or device is refused at once (a FIFO never blocks the open):
-// -1, errno set, and file_error() says why in words that follow the path, as in
-// user_error("config error: %s %s", path, file_error()) ->
-// "config error: model.json is a directory, not a file (name a file)"
-int open_regular_file(const char *path, int flags);
-const char *file_error(void);
-
-// malloc/calloc/fopen/fread/fwrite that never return failure: xfopen's reading modes go through
-// open_regular_file; a short read or write names the file and errno
+// calloc that never returns failure
 void *xmalloc_at(size_t bytes, const char *file, int line);
 #define xmalloc(bytes) xmalloc_at((bytes), __FILE__, __LINE__)
-FILE *xfopen_at(const char *path, const char *mode, const char *file, int line);
-#define xfopen(path, mode) xfopen_at((path), (mode), __FILE__, __LINE__)
-void xfread_at(void *ptr, size_t size, size_t count, FILE *f, const char *file, int line);
-#define xfread(ptr, size, count, f) xfread_at((ptr), (size), (count), (f), __FILE__, __LINE__)
-void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char *file, int line);
-#define xfwrite(ptr, size, count, f) xfwrite_at((ptr), (size), (count), (f), __FILE__, __LINE__)
 
 double now_seconds(void);            // monotonic clock
 int world_rank(void);                // this process's MPI rank, 0 before MPI_Init
@@ -51,18 +37,6 @@ char *readable(char *buf, double x);
 
 // Levenshtein distance of the first 63 characters, for "did you mean" messages
 int edit_distance(const char *a, const char *b);
-
-// The whole file, '\0'-terminated, its length in *size; NULL with errno and file_error() set when
-// it cannot be read (or is no regular file), so each caller words the one-line error its user needs
-char *read_whole_file(const char *path, size_t *size);
-// The one way JSON text is parsed: `size` bytes read from a file (text[size] is '\0'). NULL when it
-// is not one JSON value (*error_at, if not NULL: where the parser stopped). A NUL inside a
-// string ("\u0000") or in the text would cut a C string short: one line "<where>: key a.b holds
-// ..." and exit. where: the message's start, naming the file ("config error: run.json").
-struct cJSON;
-struct cJSON *json_parse(const char *text, size_t size, const char **error_at, const char *where);
-// mkdir -p: 0, or -1 with errno set
-int make_dirs(const char *path);
 
 // Test-only switches, every one of them here: PICOTRON_TEST_<name> in the environment, which a
 // real run never sets. They make a fault happen on purpose or turn an optimisation off, so that a
