@@ -442,8 +442,8 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     snprintf(dir, sizeof dir, "%s/%d", cfg->save_dir, step);
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     double start = now_seconds();
-    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
-    int n = model_full_table(full, cfg);
+    int n = 0;
+    ParamInfo *full = model_full_table(cfg, &n);
     if (pgm->global_rank == 0) begin_save(tmp, full, n, cfg);
     barrier(&pgm->world);
 
@@ -514,6 +514,8 @@ int checkpoint_latest(char *dir, size_t size, const char *save_dir) {
     char file[1100];
     snprintf(file, sizeof file, "%s/latest", save_dir);
     char *latest = read_whole_file(file, NULL);
+    if (!latest && errno != ENOENT && errno != ENOTDIR)
+        user_error("checkpoint error: %s %s", file, file_error());
     if (!latest) return 0;
     // a step number and a newline, as commit_save writes it
     char *end = latest;
@@ -602,8 +604,11 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
     char dir[1100], file[1200], fingerprint[17];
     if (!find_checkpoint(dir, sizeof dir, path, cfg)) return 0;
     snprintf(file, sizeof file, "%s/state.json", dir);
-    char *text = read_whole_file(file, NULL);
-    cJSON *state = text ? cJSON_Parse(text) : NULL;
+    size_t size = 0;
+    char *text = read_whole_file(file, &size), where[1300];
+    if (!text) user_error("checkpoint error: %s %s", file, file_error());
+    snprintf(where, sizeof where, "checkpoint error: %s", file);
+    cJSON *state = json_parse(text, size, NULL, where);
     free(text);
     if (!cJSON_IsObject(state))
         user_error("checkpoint error: %s is missing or damaged (an unfinished save? load_path = "
@@ -630,8 +635,9 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
         snprintf(file, sizeof file, "%s/%s", dir, PARTS[i].file);
         safetensors_open(&files[i], file, 0);
     }
-    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
-    int n = model_full_table(full, cfg), nonfinite = NUM_PARTS * n;
+    int n = 0;
+    ParamInfo *full = model_full_table(cfg, &n);
+    int nonfinite = NUM_PARTS * n;
     uint64_t *sums = xmalloc(NUM_PARTS * n * sizeof(uint64_t));
     float *host = xmalloc(model->num_params * sizeof(float));
     // without opt (./generate) the moments are read and checked, and kept nowhere
@@ -676,8 +682,8 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
 
 void checkpoint_init_from(Model *model, const char *folder) {
     check_architecture(&model->cfg, folder, "checkpoint.init_from");
-    SafetensorsFile files[64];
-    int num_files = 0;
+    int num_files = 0, capacity = 1;
+    SafetensorsFile *files = xmalloc(capacity * sizeof(SafetensorsFile));
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", folder);
     if (access(path, F_OK) == 0) {
@@ -685,8 +691,12 @@ void checkpoint_init_from(Model *model, const char *folder) {
     } else {
         // a sharded model: the index maps each tensor to its file; every file is opened once
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", folder);
-        char *text = read_whole_file(path, NULL);
-        cJSON *index = text ? cJSON_Parse(text) : NULL;
+        size_t size = 0;
+        char *text = read_whole_file(path, &size), where[1200];
+        if (!text && errno != ENOENT && errno != ENOTDIR)
+            user_error("checkpoint.init_from: %s %s", path, file_error());
+        snprintf(where, sizeof where, "checkpoint.init_from: %s", path);
+        cJSON *index = text ? json_parse(text, size, NULL, where) : NULL;
         free(text);
         const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
         if (!cJSON_IsObject(map))
@@ -694,19 +704,26 @@ void checkpoint_init_from(Model *model, const char *folder) {
                        "model.safetensors.index.json with a weight_map",
                        folder);
         for (const cJSON *e = map->child; e; e = e->next) {
+            if (!cJSON_IsString(e))
+                user_error("checkpoint.init_from: %s: weight_map.%s is not a file name", path,
+                           e->string);
             char shard[1100];
-            snprintf(shard, sizeof shard, "%s/%s", folder, cJSON_GetStringValue(e));
+            snprintf(shard, sizeof shard, "%s/%s", folder, e->valuestring);
             int seen = 0;
             for (int i = 0; i < num_files; i++) seen |= strcmp(files[i].path, shard) == 0;
             if (seen) continue;
-            if (num_files == 64) user_error("checkpoint.init_from %s has over 64 shards", folder);
+            if (num_files == capacity) {
+                files = realloc(files, (capacity *= 2) * sizeof(SafetensorsFile));
+                if (!files) FAIL("", "out of memory opening %s's shards", folder);
+            }
             safetensors_open(&files[num_files++], shard, 0);
         }
         cJSON_Delete(index);
     }
     float *host = xmalloc(model->num_params * sizeof(float));
-    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
-    int n = model_full_table(full, &model->cfg), nonfinite = n;
+    int n = 0;
+    ParamInfo *full = model_full_table(&model->cfg, &n);
+    int nonfinite = n;
     read_part(host, model, NULL, files, num_files, 0, NULL, full, n, &nonfinite);
     all_reduce_host(&nonfinite, 1, MPI_INT, MPI_MIN, &model->pgm->world);
     if (nonfinite < n)
@@ -717,4 +734,5 @@ void checkpoint_init_from(Model *model, const char *folder) {
     free(full);
     free(host);
     for (int i = 0; i < num_files; i++) safetensors_close(&files[i]);
+    free(files);
 }

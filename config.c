@@ -295,15 +295,11 @@ static const Field *find_field(const char *section, const char *key) {
     return NULL;
 }
 
-static char *read_text(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0)
-        user_error("config error: cannot read %s: %s (write one with ./create_config)", path,
-                   strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        user_error("config error: %s is a folder; pass the config.json inside it", path);
-    char *text = read_whole_file(path, NULL);
-    if (!text) user_error("config error: cannot read %s: %s", path, strerror(errno));
+static char *read_text(const char *path, size_t *size) {
+    char *text = read_whole_file(path, size);
+    if (!text)
+        user_error("config error: %s %s%s", path, file_error(),
+                   errno == ENOENT ? " (write one with ./create_config)" : "");
     return text;
 }
 
@@ -336,9 +332,13 @@ static void read_sections(Config *cfg, const cJSON *root, int given[NUM_FIELDS])
 
 void config_load(Config *cfg, const char *path) {
     config_defaults(cfg);
-    char *text = read_text(path);
+    size_t size = 0;
+    char *text = read_text(path, &size);
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    char *where = xmalloc(strlen(path) + 16);
+    sprintf(where, "config error: %s", path);
+    cJSON *root = json_parse(text, size, &end, where);
+    free(where);
     if (!root) {
         long offset = end ? end - text : 0, line = 1, column = 1;
         for (long i = 0; i < offset; i++) column = text[i] == '\n' ? (line++, 1) : column + 1;
@@ -686,16 +686,19 @@ int config_save(const Config *cfg, const char *path) {
 
 static cJSON *read_hf_json(const char *path, const char *who) {
     struct stat st;
-    char file[1024];
-    snprintf(file, sizeof file, "%s", path);
-    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(file, sizeof file, "%s/config.json", path);
-    char *text = stat(file, &st) == 0 ? read_whole_file(file, NULL) : NULL;
-    if (!text) user_error("%s %s: %s", who, file, strerror(errno));
-    cJSON *root = cJSON_Parse(text);
+    char *file = xmalloc(strlen(path) + 16), *where = xmalloc(strlen(who) + strlen(path) + 32);
+    strcpy(file, path);
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) sprintf(file, "%s/config.json", path);
+    size_t size = 0;
+    char *text = read_whole_file(file, &size);
+    if (!text) user_error("%s %s %s", who, file, file_error());
+    sprintf(where, "%s %s", who, file);
+    cJSON *root = json_parse(text, size, NULL, where);
     free(text);
+    free(where);
     if (!cJSON_IsObject(root))
         user_error("%s %s is not a JSON object (is it a Hugging Face config.json?)", who, file);
+    free(file);
     return root;
 }
 

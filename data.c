@@ -8,6 +8,7 @@
 #include "tokenizer.h"
 #include "utils.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -37,21 +38,19 @@ static void write_le(unsigned char *p, uint64_t x, int bytes) {
     for (int i = 0; i < bytes; i++, x >>= 8) p[i] = (unsigned char)(x & 0xff);
 }
 
-// The file's size, once it is known to be a regular file: fopen "succeeds" on a directory (whose
-// size then reads as LONG_MAX) and blocks forever on a FIFO, so stat looks first
-static uint64_t dataset_file_size(const char *path) {
+// The file, open for reading, and its size: open_regular_file refuses a directory (which fopen
+// would "open", its size reading as LONG_MAX) and a FIFO (on which fopen blocks forever)
+static FILE *dataset_file(const char *path, uint64_t *size) {
+    int fd = open_regular_file(path, O_RDONLY);
+    if (fd < 0 && errno == ENOENT)
+        user_error("dataset error: %s: no such file (%s)", path, DATASET_HINT);
+    if (fd < 0)
+        user_error("dataset error: %s %s; dataset.name must be " DATASET_KINDS, path, file_error());
     struct stat st;
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT) user_error("dataset error: %s: no such file (%s)", path, DATASET_HINT);
-        user_error("dataset error: %s: %s (%s)", path, strerror(errno), DATASET_HINT);
-    }
-    if (S_ISDIR(st.st_mode))
-        user_error("dataset error: %s is a directory; dataset.name must be " DATASET_KINDS, path);
-    if (!S_ISREG(st.st_mode))
-        user_error("dataset error: %s is not a regular file (a pipe or a device); dataset.name "
-                   "must be " DATASET_KINDS,
-                   path);
-    return (uint64_t)st.st_size;
+    FILE *f = fstat(fd, &st) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) user_error("dataset error: %s cannot be read: %s", path, strerror(errno));
+    *size = (uint64_t)st.st_size;
+    return f;
 }
 
 // exactly n bytes: the size was checked first, so a short read means a disk error or a file that
@@ -155,14 +154,11 @@ static void read_tokens(int *tokens, FILE *f, uint64_t count, unsigned width, co
 void dataset_open(Dataset *ds, const char *path) {
     memset(ds, 0, sizeof *ds);
     snprintf(ds->path, sizeof ds->path, "%s", path);
-    uint64_t size = dataset_file_size(path);
     int is_txt = ends_with(path, ".txt"), is_tok = ends_with(path, ".tok");
     if (!is_txt && !is_tok && !ends_with(path, ".bin"))
         user_error("dataset error: %s: unknown file type (%s)", path, DATASET_HINT);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        user_error("dataset error: %s: cannot open it: %s (check its permissions)", path,
-                   strerror(errno));
+    uint64_t size = 0;
+    FILE *f = dataset_file(path, &size);
     // byte-level tokens for .txt: every byte of the UTF-8 text is one token, vocab 256
     uint64_t count = size;
     unsigned width = 1, header = 0;

@@ -111,6 +111,9 @@ static Args parse_args(int argc, char **argv) {
 static void find_model_folder(char *out, size_t size, const char *dir) {
     struct stat st;
     char file[1100];
+    if (strlen(dir) + 32 > size || strlen(dir) + 32 > sizeof file)
+        user_error("generate: --checkpoint %s is longer than %zu characters", dir,
+                   (size < sizeof file ? size : sizeof file) - 32);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         user_error("generate: --checkpoint %s: %s (name a <save_dir>/<step> folder ./train wrote, "
                    "a save_dir, or a Hugging Face model folder)",

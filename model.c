@@ -99,10 +99,12 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
 void model_free(Model *model) {
     if (model->cfg.num_experts > 0) moe_free_buffers(model);
     model_free_buffers(model);
+    free(model->table);
+    model->table = NULL;
 }
 
 // the full model: one stage of every layer, on a grid of one
-int model_full_table(ParamInfo *table, const Config *cfg) {
+ParamInfo *model_full_table(const Config *cfg, int *n) {
     ProcessGroupManager one = {.tp = {.rank = 0, .size = 1}};
     Model *whole = xmalloc(sizeof(Model)); // zeroed
     whole->cfg = *cfg, whole->pgm = &one, whole->L = cfg->num_hidden_layers;
@@ -111,12 +113,12 @@ int model_full_table(ParamInfo *table, const Config *cfg) {
         (PipelineStage){.num_layers = whole->L, .has_embedding = 1, .has_head = 1, .num_chunks = 1};
     whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
     model_layout_params(whole, &whole->w, NULL);
-    int n = whole->num_tensors;
-    memcpy(table, whole->table, n * sizeof(ParamInfo));
+    ParamInfo *table = whole->table;
+    *n = whole->num_tensors;
     for (int l = 0; l < whole->L; l++) free(whole->w.layers[l].mlp.moe.experts);
     free(whole->w.layers);
     free(whole);
-    return n;
+    return table;
 }
 
 // mid = x + o_proj(attention(rope(q, k), v)), q, k, v = projections of ln1 = rmsnorm(x)

@@ -15,8 +15,6 @@
 #include "process_group_manager.h"
 #include "tensor_parallel.h"
 
-#define MAX_PARAMS 4096
-
 enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
 
 // One tensor of the flat parameter buffer, named as Hugging Face Llama names it. This rank holds
@@ -124,8 +122,8 @@ typedef struct Model {
     int Ns;                         // rows of the residual stream held (ModelShard's stream_rows)
     int vocab_start;                // first vocabulary row of this tp rank
     // flat buffers (device) and the table that names their ranges
-    ParamInfo table[MAX_PARAMS];
-    int num_tensors;
+    ParamInfo *table; // (num_tensors), grown as model_add_param registers tensors
+    int num_tensors, table_capacity;
     size_t num_params;
     float *params, *grads;
     ModelWeights w, dw;         // the same table over params and over grads
@@ -174,8 +172,8 @@ void model_free(Model *model);
 const ParamInfo *model_find_param(const Model *model, const char *name); // NULL: not here
 int param_table_find(const ParamInfo *table, int n, const char *name);   // its index, or -1
 // The whole model's tensors (every layer, none split), in layout order: what a checkpoint holds.
-// Fills table (MAX_PARAMS) and returns how many.
-int model_full_table(ParamInfo *table, const Config *cfg);
+// Returns the table (malloc'd: the caller frees it) and its length in *n.
+ParamInfo *model_full_table(const Config *cfg, int *n);
 // Registers this rank's shard of the Hugging Face tensor `name` (rows, cols), split over tp as
 // `split` says, in model->table. Returns its place in `base` (NULL: the sizing pass).
 float *model_add_param(Model *model, float *base, const char *name, int rows, int cols,

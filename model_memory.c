@@ -221,7 +221,11 @@ float *model_chunk_output(Model *model, int slot, int chunk) {
 
 float *model_add_param(Model *model, float *base, const char *name, int rows, int cols,
                        TensorParallelSplit split, int init_kind) {
-    if (model->num_tensors == MAX_PARAMS) FAIL("raise MAX_PARAMS in model.h", "too many tensors");
+    if (model->num_tensors == model->table_capacity) { // doubling: a large MoE has thousands
+        model->table_capacity = model->table_capacity ? 2 * model->table_capacity : 64;
+        model->table = realloc(model->table, model->table_capacity * sizeof(ParamInfo));
+        if (!model->table) FAIL("", "out of memory growing the parameter table");
+    }
     Shard s = tensor_parallel_shard(split, rows, cols, &model->pgm->tp);
     ParamInfo *p = &model->table[model->num_tensors++];
     *p = (ParamInfo){.rows = s.rows,

@@ -52,8 +52,9 @@ float clip_grad_norm(Model *model, const Optimizer *opt) {
 }
 
 void first_nonfinite_gradient(char *name, size_t size, Model *model, const Optimizer *opt) {
-    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
-    int n = model_full_table(full, &model->cfg), first = n;
+    int n = 0;
+    ParamInfo *full = model_full_table(&model->cfg, &n);
+    int first = n;
     for (int i = 0; i < model->num_tensors && first == n; i++) {
         const ParamInfo *p = &model->table[i];
         float squares = 0.0f;
@@ -80,8 +81,9 @@ int first_nonfinite_param(char *name, size_t size, Model *model, const Optimizer
     name[0] = '\0';
     if (!suspect) return 0;
     // then tensor by tensor, element by element on the host: a huge finite weight is not blamed
-    ParamInfo *full = xmalloc(MAX_PARAMS * sizeof(ParamInfo));
-    int n = model_full_table(full, &model->cfg), first = n;
+    int n = 0;
+    ParamInfo *full = model_full_table(&model->cfg, &n);
+    int first = n;
     float *host = xmalloc(model->num_params * sizeof(float));
     device_to_host(host, model->params, model->num_params * sizeof(float));
     for (int i = 0; i < model->num_tensors && first == n; i++) {

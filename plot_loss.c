@@ -21,8 +21,8 @@ static const char *USAGE =
     "  FILE     a metrics file of ./train (logging.metrics_file); NAME: its legend entry";
 
 typedef struct {
-    char path[1024], name[256], folder[256]; // folder: the one holding the file, or ""
-    double *x, *loss;                        // one point per line of the file
+    char path[1024], name[1024], folder[1024]; // folder: the one holding the file, or ""
+    double *x, *loss;                          // one point per line of the file
     int n;
 } Run;
 
@@ -40,6 +40,8 @@ static const char *COLORS[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
 
 // FILE=NAME, split at the first '=' after the last '/' (a folder may hold one: tmp/lr=3e-4/...)
 static void parse_run(Run *run, const char *arg) {
+    if (strlen(arg) >= sizeof run->path)
+        user_error("plot_loss: %s is longer than %zu characters", arg, sizeof run->path - 1);
     snprintf(run->path, sizeof run->path, "%s", arg);
     char *slash = strrchr(run->path, '/'), *eq = strchr(slash ? slash : run->path, '=');
     if (eq) *eq = '\0';
@@ -55,9 +57,8 @@ static void parse_run(Run *run, const char *arg) {
 static void load_run(Run *run, const char *x_key, int log_y) {
     char *text = read_whole_file(run->path, NULL);
     if (!text)
-        user_error("plot_loss: cannot read %s: %s (name a metrics file of ./train: "
-                   "logging.metrics_file)",
-                   run->path, strerror(errno));
+        user_error("plot_loss: %s %s (name a metrics file of ./train: logging.metrics_file)",
+                   run->path, file_error());
     int lines = 1;
     for (const char *c = text; *c; c++) lines += *c == '\n';
     run->x = xmalloc(lines * sizeof(double));

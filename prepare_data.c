@@ -59,7 +59,12 @@ static void add_jsonl(Prepared *p, const char *path) {
     for (ssize_t len; (len = getline(&line, &size, f)) != -1;) {
         number++;
         if (strspn(line, " \t\r\n") == (size_t)len) continue; // blank lines hold no document
-        cJSON *doc = cJSON_ParseWithLength(line, (size_t)len);
+        char where[64];
+        snprintf(where, sizeof where, " line %ld", number);
+        char *at = xmalloc(strlen(path) + sizeof where + 16);
+        sprintf(at, "prepare_data: %s%s", path, where);
+        cJSON *doc = json_parse(line, (size_t)len, NULL, at);
+        free(at);
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(doc, "text");
         if (!cJSON_IsString(text))
             user_error("prepare_data: %s line %ld is not a JSON object with a \"text\" string "
@@ -76,7 +81,7 @@ static void add_file(Prepared *p, const char *path) {
     if (is_jsonl(path)) return add_jsonl(p, path);
     size_t len = 0;
     char *text = read_whole_file(path, &len);
-    if (!text) user_error("prepare_data: cannot read %s: %s", path, strerror(errno));
+    if (!text) user_error("prepare_data: %s %s", path, file_error());
     add_document(p, text, len);
     free(text);
 }

@@ -81,7 +81,8 @@ static void parse_tensor(SafetensorsTensor *t, const cJSON *item, size_t data_st
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
-    snprintf(t->name, sizeof t->name, "%s", item->string);
+    t->name = xmalloc(strlen(item->string) + 1); // a name is as long as its file says
+    strcpy(t->name, item->string);
     if (!cJSON_IsString(dtype) || !cJSON_IsArray(shape) || cJSON_GetArraySize(offsets) != 2)
         user_error("checkpoint error: %s: tensor %s has no dtype, shape or data_offsets (not a "
                    "safetensors file?)",
@@ -112,20 +113,24 @@ void safetensors_open(SafetensorsFile *f, const char *path, int writable) {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
     f->writable = writable;
-    f->fd = open(path, writable ? O_RDWR : O_RDONLY);
+    f->fd = open_regular_file(path, writable ? O_RDWR : O_RDONLY);
+    if (f->fd < 0) user_error("checkpoint error: %s %s", path, file_error());
     struct stat st;
-    if (f->fd < 0 || fstat(f->fd, &st) != 0)
-        user_error("checkpoint error: cannot open %s: %s", path, strerror(errno));
+    if (fstat(f->fd, &st) != 0)
+        user_error("checkpoint error: %s cannot be read: %s", path, strerror(errno));
     uint64_t len = 0;
     if (st.st_size >= 8) pread_all(f->fd, &len, 8, 0, path);
     if (st.st_size < 8 || len > MAX_HEADER_BYTES || len > (uint64_t)st.st_size - 8)
         user_error("checkpoint error: %s is not a safetensors file (bad header length; a "
                    "truncated save?)",
                    path);
-    char *text = xmalloc(len + 1);
+    char *text = xmalloc(len + 1), *where = xmalloc(strlen(path) + 32);
     pread_all(f->fd, text, len, 8, path);
-    cJSON *root = cJSON_Parse(text);
+    sprintf(where, "checkpoint error: %s", path);
+    // the header may end in the NUL bytes some writers pad it with
+    cJSON *root = json_parse(text, strlen(text), NULL, where);
     free(text);
+    free(where);
     if (!cJSON_IsObject(root))
         user_error("checkpoint error: %s is not a safetensors file (its header is not JSON)", path);
     f->tensors = xmalloc(cJSON_GetArraySize(root) * sizeof(SafetensorsTensor) + 1);
@@ -140,6 +145,7 @@ void safetensors_close(SafetensorsFile *f) {
         FAIL("is the disk full?", "cannot flush %s: %s", f->path, strerror(errno));
     if (close(f->fd) != 0)
         FAIL("is the disk full?", "cannot close %s: %s", f->path, strerror(errno));
+    for (int i = 0; i < f->num_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
     f->tensors = NULL;
 }

@@ -7,7 +7,7 @@
 #include "model.h"
 
 typedef struct {
-    char name[128];
+    char *name;          // as long as the file's header has it
     char dtype[8];       // "F32", "BF16" or "F16": the three a Llama checkpoint comes in
     int element_size;    // bytes
     int ndim;            // 1 or 2

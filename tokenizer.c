@@ -189,11 +189,12 @@ static MergeSlot *merge_slot(const Tokenizer *t, int left, int right) {
 static cJSON *read_json(const char *path) {
     size_t size;
     char *text = read_whole_file(path, &size);
-    if (!text)
-        user_error("tokenizer error: %s: cannot read it: %s (%s)", path, strerror(errno),
-                   HOW_TO_FIX);
+    if (!text) user_error("tokenizer error: %s %s (%s)", path, file_error(), HOW_TO_FIX);
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    char *where = xmalloc(strlen(path) + 32);
+    sprintf(where, "tokenizer error: %s", path);
+    cJSON *root = json_parse(text, size, &end, where);
+    free(where);
     if (!cJSON_IsObject(root)) {
         long at = root || !end ? 0 : end - text, line = 1;
         for (long i = 0; i < at; i++) line += text[i] == '\n';
@@ -441,9 +442,10 @@ static void load_vocab_and_merges(Tokenizer *t, const cJSON *vocab) {
     size_t size;
     char *text = read_whole_file(merges_path, &size);
     if (!text)
-        user_error("tokenizer error: %s: %s; %s needs GPT-2's merges.txt beside it (or give a "
+        user_error("tokenizer error: %s%s%s; %s needs GPT-2's merges.txt beside it (or give a "
                    "tokenizer.json)",
-                   merges_path, errno == ENOENT ? "no such file" : strerror(errno), t->path);
+                   merges_path, errno == ENOENT ? ": " : " ",
+                   errno == ENOENT ? "no such file" : file_error(), t->path);
     t->stages[t->num_stages++] = SPLIT_GPT2;
     alloc_vocab(t, vocab, -1);
     read_vocab(t, vocab);
@@ -532,6 +534,8 @@ Tokenizer *tokenizer_load(const char *path) {
         user_error("tokenizer error: %s: %s (%s)", path,
                    errno == ENOENT ? "no such file or folder" : strerror(errno), HOW_TO_FIX);
     Tokenizer *t = xmalloc(sizeof(Tokenizer));
+    if (strlen(path) + 32 > sizeof t->path) // room for "/tokenizer.json" and "merges.txt"
+        user_error("tokenizer error: %s is longer than %zu characters", path, sizeof t->path - 32);
     snprintf(t->path, sizeof t->path, "%s", path);
     if (S_ISDIR(st.st_mode)) { // a model's folder: tokenizer.json first, as transformers does
         snprintf(t->path, sizeof t->path, "%s/tokenizer.json", path);

@@ -1,4 +1,4 @@
-// Errors that end the whole job, checked I/O, timing, threads and signals.
+// Errors that end the whole job, timing, threads and signals.
 #define _GNU_SOURCE // CPU_COUNT
 #include "utils.h"
 #include <mpi.h>
@@ -33,11 +33,22 @@ static void __attribute__((noreturn)) end_job(int code) {
     exit(code);
 }
 
+// the message, as long as it needs to be (a path may be long): malloc'd
+static char *format_message(const char *fmt, va_list ap) {
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *msg = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (!msg) return (char *)fmt; // out of memory: the format, unfilled, still says what failed
+    vsnprintf(msg, (size_t)n + 1, fmt, again);
+    va_end(again);
+    return msg;
+}
+
 void fail_at(const char *file, int line, const char *hint, const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char *msg = format_message(fmt, ap);
     va_end(ap);
     fprintf(stderr, "[rank %d] %s:%d %s\n", world_rank(), file, line, msg);
     if (hint && hint[0]) fprintf(stderr, "    hint: %s\n", hint);
@@ -65,10 +76,9 @@ void user_errors_init(void) {
 // all exit cleanly. A rank that alone sees it (its own checkpoint file) is not joined within 2 s,
 // speaks itself and ends the job. The wait tests and yields, like every wait here.
 void user_error(const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char *msg = format_message(fmt, ap);
     va_end(ap);
     int all_here = 0;
     if (error_comm != MPI_COMM_NULL) {
@@ -111,26 +121,6 @@ void *xmalloc_at(size_t bytes, const char *file, int line) {
     return p;
 }
 
-FILE *xfopen_at(const char *path, const char *mode, const char *file, int line) {
-    FILE *f = fopen(path, mode);
-    if (!f)
-        fail_at(file, line, "check the path and its permissions", "cannot open %s: %s", path,
-                strerror(errno));
-    return f;
-}
-
-void xfread_at(void *ptr, size_t size, size_t count, FILE *f, const char *file, int line) {
-    if (fread(ptr, size, count, f) != count)
-        fail_at(file, line, "the file is truncated or not in the expected format",
-                "short read (%zu items of %zu bytes)", count, size);
-}
-
-void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char *file, int line) {
-    if (fwrite(ptr, size, count, f) != count)
-        fail_at(file, line, "is the disk full?", "short write (%zu items of %zu bytes)", count,
-                size);
-}
-
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -170,41 +160,6 @@ int edit_distance(const char *a, const char *b) {
         memcpy(prev, cur, sizeof prev);
     }
     return prev[lb];
-}
-
-char *read_whole_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        errno = EIO;
-        return NULL;
-    }
-    char *bytes = xmalloc((size_t)n + 1); // zeroed: text ends in '\0'
-    size_t got = fread(bytes, 1, (size_t)n, f);
-    fclose(f);
-    if (got != (size_t)n) {
-        free(bytes);
-        errno = EIO;
-        return NULL;
-    }
-    if (size) *size = (size_t)n;
-    return bytes;
-}
-
-int make_dirs(const char *path) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char end = *p;
-        *p = '\0';
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
-        *p = end;
-        if (end == '\0') return 0;
-    }
 }
 
 // picotron's MFU: 6 FLOPs per parameter per token (forward and backward) plus attention's

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
+#include "files.h"
 
 // Ends the whole job: prints "[rank r] file:line message" and a hint, then MPI_Abort, so no rank
 // is left waiting for one that died.
@@ -23,15 +24,9 @@ void user_errors_init(void);
 #define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
 void mpi_check(int err, const char *what, const char *file, int line);
 
-// malloc/calloc/fopen/fread/fwrite that never return failure
+// calloc that never returns failure
 void *xmalloc_at(size_t bytes, const char *file, int line);
 #define xmalloc(bytes) xmalloc_at((bytes), __FILE__, __LINE__)
-FILE *xfopen_at(const char *path, const char *mode, const char *file, int line);
-#define xfopen(path, mode) xfopen_at((path), (mode), __FILE__, __LINE__)
-void xfread_at(void *ptr, size_t size, size_t count, FILE *f, const char *file, int line);
-#define xfread(ptr, size, count, f) xfread_at((ptr), (size), (count), (f), __FILE__, __LINE__)
-void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char *file, int line);
-#define xfwrite(ptr, size, count, f) xfwrite_at((ptr), (size), (count), (f), __FILE__, __LINE__)
 
 double now_seconds(void);            // monotonic clock
 int world_rank(void);                // this process's MPI rank, 0 before MPI_Init
@@ -45,12 +40,6 @@ char *readable(char *buf, double x);
 
 // Levenshtein distance of the first 63 characters, for "did you mean" messages
 int edit_distance(const char *a, const char *b);
-
-// The whole file, '\0'-terminated, its length in *size; NULL with errno set when it cannot be
-// read, so each caller words the one-line error its user needs
-char *read_whole_file(const char *path, size_t *size);
-// mkdir -p: 0, or -1 with errno set
-int make_dirs(const char *path);
 
 // Test-only switches, every one of them here: PICOTRON_TEST_<name> in the environment, which a
 // real run never sets. They make a fault happen on purpose or turn an optimisation off, so that a

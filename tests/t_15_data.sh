@@ -19,9 +19,9 @@ chmod 1777 "$dir" # the unreadable case runs as nobody when this runs as root
 # what the one line must say after "dataset error: <the file>", for each kind test_data writes
 declare -A want=(
     [missing]=': no such file'
-    [directory]=' is a directory; dataset\.name must be a \.txt, \.tok or \.bin file'
-    [fifo]=' is not a regular file'
-    [unreadable]=': cannot open it: Permission denied'
+    [directory]=' is a directory, not a file \(name a file\); dataset\.name must be a \.txt, '
+    [fifo]=' is a FIFO \(named pipe\), not a regular file'
+    [unreadable]=' cannot be opened: Permission denied'
     [tok_magic]=': not a \.tok file'
     [bin_magic]=': not an llm\.c token shard'
     [truncated]=': its header says 8 tokens but its 74 bytes hold 5 '

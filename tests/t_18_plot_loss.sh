@@ -94,7 +94,7 @@ one_line() { # what expected-text command...
 : >"$dir/empty.jsonl"
 printf '{"step": 1, "loss": 5.5}\n{"step": 2, "loss": 5.4\n' >"$dir/broken.jsonl"
 printf '{"step": 1, "loss": 5.5}\n{"step": 2, "loss": nan}\n' >"$dir/nan.jsonl"
-one_line "missing file" "cannot read $dir/none.jsonl" ./plot_loss --out "$dir/x.svg" "$dir/none.jsonl"
+one_line "missing file" "$dir/none.jsonl cannot be opened" ./plot_loss --out "$dir/x.svg" "$dir/none.jsonl"
 one_line "empty file" "$dir/empty.jsonl holds no metrics lines" ./plot_loss --out "$dir/x.svg" "$dir/empty.jsonl"
 one_line "a line that is not JSON" "$dir/broken.jsonl line 2 is not a JSON object" ./plot_loss --out "$dir/x.svg" "$dir/broken.jsonl"
 one_line "a NaN loss" "$dir/nan.jsonl line 2 holds a number that is not finite" ./plot_loss --out "$dir/x.svg" "$dir/nan.jsonl"
