@@ -102,7 +102,7 @@ static int run_fixture(const char *path, ProcessGroupManager *pgm) {
         double err = rel_to_max(grads + p->offset, want->data, want->count);
         if (err > grad_err) grad_err = err, worst = p->name;
     }
-    char what[96];
+    char what[160];
     snprintf(what, sizeof what, "gradients (%d tensors, worst %s)", model->num_tensors, worst);
     ok &= check(what, grad_err, GRAD_TOL);
 
