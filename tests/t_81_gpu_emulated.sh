@@ -61,6 +61,7 @@ rc=$?
 grep -E '^(ok|FAIL)|passed' "$log/check"
 if [ $rc -ne 0 ] || ! tail -n 1 "$log/check" | grep -q ' 0 failed$'; then
     grep -E '^ {4}' "$log/check" | tail -n 30
+    grep -E '^FAIL' "$log/check" | tail -n 5 # last: the runner shows a failing test's last lines
     fail "tests/gpu/check.sh on the emulator (exit $rc)"
 fi
 emu=build-emu/tests/gpu/emulator/test_emulator
