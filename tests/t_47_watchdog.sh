@@ -57,10 +57,11 @@ JSON
     fi
 }
 
-case_stop dp_peer '"dp_size": 2' 1 '^\[rank 0\] timeout: waited [0-9]+ s for all_reduce on dp '
-case_stop tp_peer '"tp_size": 2' 1 '^\[rank 0\] timeout: waited [0-9]+ s for all_reduce on tp '
-# stage 0 stopped: the last stage waits for its activations (recv on pp), or, stopped between
-# two steps, in the step's closing all-reduce of the stop flag (train.c) on world
+# A peer stopped inside a step leaves the other waiting in that step's collective (dp's gradient
+# all-reduce, tp's row-linear all-reduce, pp's activations); stopped between two steps, in the
+# step's closing all-reduce of the stop flag (train.c) on world. Either is the right line.
+case_stop dp_peer '"dp_size": 2' 1 '^\[rank 0\] timeout: waited [0-9]+ s for all_reduce on (dp|world) '
+case_stop tp_peer '"tp_size": 2' 1 '^\[rank 0\] timeout: waited [0-9]+ s for all_reduce on (tp|world) '
 case_stop pp_stage '"pp_size": 2' 0 \
     '^\[rank 1\] timeout: waited [0-9]+ s for ((send|recv|send_recv) on pp|all_reduce on world) '
 
