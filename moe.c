@@ -45,28 +45,23 @@ MoeSizes moe_sizes(int N, int C, int I, int E, int K, double capacity_factor, in
     return s;
 }
 
-// Lays the buffers out in one allocation: a first pass with base NULL counts the bytes, a second
-// hands out the pieces, each aligned to 256 bytes (what cudaMalloc gives its allocations).
-static void *piece(char *base, size_t *offset, size_t bytes) {
-    void *p = base ? base + *offset : NULL;
-    *offset += (bytes + 255) / 256 * 256;
-    return p;
-}
-
 static size_t activations_layout(MoeActivations *a, char *base, const MoeSizes *s) {
     size_t N = s->N, C = s->C, I = s->I, E = s->E, K = s->K, R = s->R, f = sizeof(float), o = 0;
     size_t i = sizeof(int);
-    a->logits = piece(base, &o, N * E * f), a->probs = piece(base, &o, N * E * f);
-    a->topk_ids = piece(base, &o, N * K * i), a->topk_w = piece(base, &o, N * K * f);
-    a->counts = piece(base, &o, E * i), a->offsets = piece(base, &o, (E + 1) * i);
-    a->pos = piece(base, &o, N * K * i);
-    a->x_sorted = piece(base, &o, N * K * C * f), a->out_sorted = piece(base, &o, N * K * C * f);
+    a->logits = layout_piece(base, &o, N * E * f), a->probs = layout_piece(base, &o, N * E * f);
+    a->topk_ids = layout_piece(base, &o, N * K * i), a->topk_w = layout_piece(base, &o, N * K * f);
+    a->counts = layout_piece(base, &o, E * i), a->offsets = layout_piece(base, &o, (E + 1) * i);
+    a->pos = layout_piece(base, &o, N * K * i);
+    a->x_sorted = layout_piece(base, &o, N * K * C * f);
+    a->out_sorted = layout_piece(base, &o, N * K * C * f);
     a->x_expert = a->x_sorted, a->out_expert = a->out_sorted;
-    if (s->ep > 1)
-        a->x_expert = piece(base, &o, R * C * f), a->out_expert = piece(base, &o, R * C * f);
-    a->gate = piece(base, &o, R * I * f), a->up = piece(base, &o, R * I * f);
-    a->act = piece(base, &o, R * I * f);
-    a->load = piece(base, &o, 2 * E * f);
+    if (s->ep > 1) {
+        a->x_expert = layout_piece(base, &o, R * C * f);
+        a->out_expert = layout_piece(base, &o, R * C * f);
+    }
+    a->gate = layout_piece(base, &o, R * I * f), a->up = layout_piece(base, &o, R * I * f);
+    a->act = layout_piece(base, &o, R * I * f);
+    a->load = layout_piece(base, &o, 2 * E * f);
     return o;
 }
 
@@ -104,11 +99,11 @@ void moe_activations_free(MoeActivations *a) {
 
 static size_t grads_layout(MoeGrads *g, char *base, const MoeSizes *s) {
     size_t N = s->N, C = s->C, I = s->I, E = s->E, K = s->K, R = s->R, f = sizeof(float), o = 0;
-    g->dlogits = piece(base, &o, N * E * f), g->dtopk_w = piece(base, &o, N * K * f);
-    g->dsorted = piece(base, &o, N * K * C * f);
-    g->dexpert = s->ep > 1 ? piece(base, &o, R * C * f) : g->dsorted;
-    g->dact = piece(base, &o, R * I * f), g->dgate = piece(base, &o, R * I * f);
-    g->dup = piece(base, &o, R * I * f);
+    g->dlogits = layout_piece(base, &o, N * E * f), g->dtopk_w = layout_piece(base, &o, N * K * f);
+    g->dsorted = layout_piece(base, &o, N * K * C * f);
+    g->dexpert = s->ep > 1 ? layout_piece(base, &o, R * C * f) : g->dsorted;
+    g->dact = layout_piece(base, &o, R * I * f), g->dgate = layout_piece(base, &o, R * I * f);
+    g->dup = layout_piece(base, &o, R * I * f);
     return o;
 }
 

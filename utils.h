@@ -28,6 +28,14 @@ void mpi_check(int err, const char *what, const char *file, int line);
 void *xmalloc_at(size_t bytes, const char *file, int line);
 #define xmalloc(bytes) xmalloc_at((bytes), __FILE__, __LINE__)
 
+// Buffers laid out in one allocation: a first pass with base NULL counts the bytes, a second hands
+// out the pieces, each aligned to 256 bytes (what cudaMalloc gives its allocations)
+static inline void *layout_piece(char *base, size_t *offset, size_t bytes) {
+    void *p = base ? base + *offset : NULL;
+    *offset += (bytes + 255) / 256 * 256;
+    return p;
+}
+
 double now_seconds(void);            // monotonic clock
 int world_rank(void);                // this process's MPI rank, 0 before MPI_Init
 uint64_t hash_string(const char *s); // FNV-1a, names -> init streams
