@@ -4,8 +4,9 @@
 // NCCL). Every pointer named a tensor lives in device memory: callers pass it on, never dereference
 // it. Size letters: N rows (tokens), B batch, T tokens this rank holds, C hidden, OC output
 // features, H query heads, KV key/value heads, D head dim, V vocab rows this rank holds. Every
-// backward ACCUMULATES (+=) into its outputs (but cross_entropy_backward, swiglu_backward and
-// matmul_backward_write's dinp, which write); callers zero what must start from zero.
+// backward ACCUMULATES (+=) into its outputs (but cross_entropy_backward, swiglu_backward,
+// matmul_backward_write's dinp and the Mamba kernels' activation gradients, which write); callers
+// zero what must start from zero.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -148,6 +149,36 @@ void moe_combine_backward(float *dout_sorted, float *dtopk_w, const float *dy,
 void moe_router_backward(float *dlogits, const float *dtopk_w, const float *probs,
                          const int *topk_ids, const float *topk_w, const float *counts,
                          float aux_scale, int tokens, int N, int E, int K);
+
+// ---------------------------------------------------------------------------------------------
+// Mamba-1 (backend/*/mamba.*): the two kernels that run along the sequence, each channel of
+// d_inner on its own. B batch, T tokens, I d_inner channels (of this rank), S the state size, W
+// the conv's width; (B, T, I) tensors are token-major, as matmul_* writes them.
+// out, pre (B, T, I) = silu(pre), pre = the causal depthwise conv of x (B, T, I): channel i of
+// token t is bias[i] + sum_k weight[i, k] * x[t - (W-1) + k] (zeros before the first token).
+// weight (I, W) (transformers' conv1d.weight (I, 1, W)); bias (I), or NULL for none
+void causal_conv1d_forward(float *out, float *pre, const float *x, const float *weight,
+                           const float *bias, int B, int T, int I, int W);
+// dx (B, T, I) is WRITTEN (x feeds nothing else); dweight (I, W) and dbias (I) += (dbias may be
+// NULL). pre from the forward
+void causal_conv1d_backward(float *dx, float *dweight, float *dbias, const float *dout,
+                            const float *x, const float *pre, const float *weight, int B, int T,
+                            int I, int W);
+// The selective scan (the state space model of one layer), per channel i and state s:
+//   delta_t = softplus(dt_t + dt_bias),  A = -exp(A_log)
+//   h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t,  y_t = sum_s C_t h_t + D u_t,  h_{-1} = 0
+// y, u, dt (B, T, I); dt_bias (I); A_log (I, S); Bm, Cm (B, T, S), shared by the channels; D (I).
+// The states are not kept: the backward recomputes them.
+void selective_scan_forward(float *y, const float *u, const float *dt, const float *dt_bias,
+                            const float *A_log, const float *Bm, const float *Cm, const float *D,
+                            int B, int T, int I, int S);
+// du, ddt (B, T, I) and dBm, dCm (B, T, S) are WRITTEN (the scan is their first contribution);
+// ddt_bias (I), dA_log (I, S), dD (I) +=
+void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
+                             float *dA_log, float *dD, const float *dy, const float *u,
+                             const float *dt, const float *dt_bias, const float *A_log,
+                             const float *Bm, const float *Cm, const float *D, int B, int T, int I,
+                             int S);
 
 // ---------------------------------------------------------------------------------------------
 // cross-entropy from a vocab shard (backend/*/cross_entropy.*): logits (N, V) hold the columns
