@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# One Mamba mixer (mamba.c) is transformers' MambaMixer: its two sequence kernels' gradients (the
+# causal conv1d with SiLU, the selective scan) match finite differences, the scan's backward gives
+# the same bits on 1 and 3 threads, the mixer equals transformers' slow path (y and every gradient)
+# from the shipped fixture tests/fixtures/mamba_block.bin (tests/reference/make_mamba_fixture.py),
+# and a deliberately wrong mixer (A_log moved, D dropped) fails that comparison. Tolerances:
+# constants at the top of tests/test_mamba.c.
+cd "$(dirname "$0")/.." || exit 1
+bin=${PICOTRON_BUILD:-build}/tests/test_mamba
+if [ ! -x "$bin" ]; then
+    echo "$bin is missing: build it with make $bin"
+    exit 1
+fi
+OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive exec "$bin" tests/fixtures/mamba_block.bin
