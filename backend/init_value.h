@@ -6,12 +6,7 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
-
-#ifdef __CUDACC__
-#define HOST_DEVICE __host__ __device__
-#else
-#define HOST_DEVICE
-#endif
+#include "backend/host_device.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ull // splitmix64's increment: 2^64 / golden ratio
 

@@ -4,14 +4,7 @@
 // largest probabilities, and those K renormalised to sum to 1.
 #pragma once
 #include <math.h>
-
-#ifndef HOST_DEVICE
-#ifdef __CUDACC__
-#define HOST_DEVICE __host__ __device__
-#else
-#define HOST_DEVICE
-#endif
-#endif
+#include "backend/host_device.h"
 
 // p (E) = softmax(l (E)); ids (K) the experts chosen, largest first; w (K) their renormalised probs
 static HOST_DEVICE void moe_route_token(float *p, int *ids, float *w, const float *l, int E,
