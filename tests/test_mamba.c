@@ -19,8 +19,7 @@
 #include "backend/backend.h"
 #include "mamba.h"
 #include "utils.h"
-#include "tests/fixture.h"
-#include "tests/test_util.h"
+#include "tests/layer_check.h"
 
 // Finite differences as tests/test_moe.c takes them: the forward runs in float, so L (a sum of
 // ~300 products of size ~1) carries rounding noise of ~1e-7 * sum|out * R|, a few 1e-5 of a unit
@@ -37,48 +36,10 @@
 #define TORCH_TOL 1e-5
 #define WRONG_MIN (10 * TORCH_TOL) // what a deliberately wrong mixer must at least be off by
 
-static int failures;
-
-static void check(const char *what, double err, double tol) {
-    int ok = err <= tol; // a NaN fails
-    printf("  %-4s %-62s %.2e (tol %.0e)\n", ok ? "ok" : "FAIL", what, err, tol);
-    if (!ok) failures++;
-}
-
 static void check_at_least(const char *what, double off, double min) {
     int ok = off >= min;
     printf("  %-4s %-62s %.2e (min %.0e)\n", ok ? "ok" : "FAIL", what, off, min);
     if (!ok) failures++;
-}
-
-static float *device_zeros(size_t n) {
-    return device_malloc(n * sizeof(float));
-} // device_malloc zeroes
-
-static double dot_host(const float *dev, const float *R, size_t n) {
-    float *h = to_host(dev, n);
-    double L = 0.0;
-    for (size_t i = 0; i < n; i++) L += (double)h[i] * R[i];
-    free(h);
-    return L;
-}
-
-// central differences of loss(ctx) over every element of the device tensor x (n), against the
-// device gradient grad
-static double fd_err(double (*loss)(void *), void *ctx, float *x, const float *grad, size_t n) {
-    float *h = to_host(x, n), *fd = xmalloc(n * sizeof(float)), *g = to_host(grad, n);
-    for (size_t i = 0; i < n; i++) {
-        float x0 = h[i], hi = x0 + FD_EPS, lo = x0 - FD_EPS;
-        host_to_device(x + i, &hi, sizeof hi);
-        double Lhi = loss(ctx);
-        host_to_device(x + i, &lo, sizeof lo);
-        double Llo = loss(ctx);
-        host_to_device(x + i, &x0, sizeof x0);
-        fd[i] = (float)((Lhi - Llo) / ((double)hi - lo)); // the step float really took
-    }
-    double err = rel_to_max(fd, g, n);
-    free(h), free(fd), free(g);
-    return err;
 }
 
 static float *random_device(size_t n, float scale, float offset) {
@@ -120,12 +81,12 @@ static void test_conv_fd(int with_bias) {
     const char *label = with_bias ? "with bias" : "no bias";
     char what[96];
     snprintf(what, sizeof what, "conv1d+silu (%s): dx vs FD", label);
-    check(what, fd_err(conv_loss, &c, c.x, dx, n), FD_TOL);
+    check(what, fd_err(FD_EPS, conv_loss, &c, c.x, dx, n), FD_TOL);
     snprintf(what, sizeof what, "conv1d+silu (%s): d weight vs FD", label);
-    check(what, fd_err(conv_loss, &c, c.weight, dweight, KI * KW), FD_TOL);
+    check(what, fd_err(FD_EPS, conv_loss, &c, c.weight, dweight, KI * KW), FD_TOL);
     if (with_bias) {
-        check("conv1d+silu (with bias): d bias vs FD", fd_err(conv_loss, &c, c.bias, dbias, KI),
-              FD_TOL);
+        check("conv1d+silu (with bias): d bias vs FD",
+              fd_err(FD_EPS, conv_loss, &c, c.bias, dbias, KI), FD_TOL);
         device_free(c.bias);
     }
     device_free(c.x), device_free(c.weight), device_free(c.out), device_free(c.pre);
@@ -180,7 +141,7 @@ static void test_scan_fd(void) {
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char what[96];
         snprintf(what, sizeof what, "selective scan: %s vs FD", t[i].name);
-        check(what, fd_err(scan_loss, &s, t[i].x, t[i].grad, t[i].n), FD_TOL);
+        check(what, fd_err(FD_EPS, scan_loss, &s, t[i].x, t[i].grad, t[i].n), FD_TOL);
     }
     // 1 thread and 3: the same bits in every gradient (weights accumulate: zero them first)
     double differ = 0;
@@ -214,12 +175,9 @@ static const char *const WEIGHTS[] = {
     "dt_proj.bias",   "A_log",         "D",           "out_proj.weight"};
 enum { NW = sizeof WEIGHTS / sizeof WEIGHTS[0] };
 
+#define SCRIPT "tests/reference/make_mamba_fixture.py"
 static const float *record(const Fixture *fx, const char *name, size_t count) {
-    const FixtureRecord *r = fixture_find(fx, name);
-    if (r->count != count)
-        FAIL("regenerate it: /tmp/benchvenv/bin/python tests/reference/make_mamba_fixture.py",
-             "fixture record %s holds %zu values, the mixer wants %zu", name, r->count, count);
-    return r->data;
+    return fixture_values(fx, name, count, SCRIPT);
 }
 
 // The mixer on the device: its weights and their gradients, each in WEIGHTS' order
@@ -277,11 +235,7 @@ static void mixer_free(Mixer *m) {
 
 static void compare(const char *what, const float *dev, const Fixture *fx, const char *name,
                     size_t n) {
-    float *got = to_host(dev, n);
-    char line[128];
-    snprintf(line, sizeof line, "%s vs transformers (%s)", what, name);
-    check(line, rel_to_max(got, record(fx, name, n), n), TORCH_TOL);
-    free(got);
+    check_vs_fixture(what, dev, fx, name, n, SCRIPT, TORCH_TOL);
 }
 
 static void test_vs_torch(const Fixture *fx) {

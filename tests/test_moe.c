@@ -16,8 +16,7 @@
 #include "backend/backend.h"
 #include "moe.h"
 #include "utils.h"
-#include "tests/fixture.h"
-#include "tests/test_util.h"
+#include "tests/layer_check.h"
 
 // Finite differences as tests/test_kernels.c takes them: the forward runs in float, so L carries
 // rounding noise of ~1e-7 * sum|y * R| (the aux loss alone: its float's last bit, 2.4e-7), a few
@@ -34,47 +33,9 @@
 #define TORCH_TOL 1e-5
 #define REF_TOL   1e-5 // the float layer against the double reference, relative to max |y|
 
-static int failures;
-
-static void check(const char *what, double err, double tol) {
-    int ok = err <= tol; // a NaN fails
-    printf("  %-4s %-62s %.2e (tol %.0e)\n", ok ? "ok" : "FAIL", what, err, tol);
-    if (!ok) failures++;
-}
-
 static float *zeros(size_t n) {
     return xmalloc(n * sizeof(float));
 } // xmalloc zeroes
-static float *device_zeros(size_t n) {
-    return device_malloc(n * sizeof(float));
-} // device_malloc zeroes
-
-// central differences of loss(ctx) over every element of the device tensor x (n), against the
-// device gradient grad
-static double fd_err(double (*loss)(void *), void *ctx, float *x, const float *grad, size_t n) {
-    float *h = to_host(x, n), *fd = zeros(n), *g = to_host(grad, n);
-    for (size_t i = 0; i < n; i++) {
-        float x0 = h[i], hi = x0 + FD_EPS, lo = x0 - FD_EPS;
-        host_to_device(x + i, &hi, sizeof hi);
-        double Lhi = loss(ctx);
-        host_to_device(x + i, &lo, sizeof lo);
-        double Llo = loss(ctx);
-        host_to_device(x + i, &x0, sizeof x0);
-        fd[i] = (float)((Lhi - Llo) / ((double)hi - lo)); // the step float really took
-    }
-    loss(ctx); // leave the saved tensors as the unperturbed inputs give them
-    double err = rel_to_max(fd, g, n);
-    free(h), free(fd), free(g);
-    return err;
-}
-
-static double dot_host(const float *dev, const float *R, size_t n) {
-    float *h = to_host(dev, n);
-    double L = 0.0;
-    for (size_t i = 0; i < n; i++) L += (double)h[i] * R[i];
-    free(h);
-    return L;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The host side of a layer, in transformers' layout: x (N, C), router (E, C), gate_up (E, 2I, C)
@@ -233,7 +194,7 @@ static void test_router(int K, float rw_scale, float aux_scale, const char *what
     float *dRw = to_device(Rw, sizeof Rw), *dlogits = device_zeros(N * E);
     router_loss(&r);
     moe_router_backward(dlogits, dRw, r.probs, r.ids, r.topk_w, r.load, aux_scale, N, N, E, K);
-    check(what, fd_err(router_loss, &r, r.logits, dlogits, N * E), FD_TOL);
+    check(what, fd_err(FD_EPS, router_loss, &r, r.logits, dlogits, N * E), FD_TOL);
     device_free(r.logits), device_free(r.probs), device_free(r.topk_w), device_free(r.load);
     device_free(r.ids), device_free(r.counts), device_free(r.offsets), device_free(r.pos);
     device_free(dRw), device_free(dlogits);
@@ -300,12 +261,12 @@ static void test_shuffles(void) {
     snprintf(what, sizeof what, "gather dx vs FD (capacity %d drops %d of %d pairs)", CAPACITY,
              N * K - s.kept, N * K);
     moe_gather_backward(dx, d_Rs, pos, N, C, K);
-    check(what, fd_err(gather_loss, &s, s.x, dx, N * C), FD_TOL);
+    check(what, fd_err(FD_EPS, gather_loss, &s, s.x, dx, N * C), FD_TOL);
     moe_combine_backward(dsorted, dw, d_R, s.out_sorted, s.topk_w, pos, N, C, K);
     check("combine d out_sorted vs FD (dropped pairs' rows get none)",
-          fd_err(combine_loss, &s, s.out_sorted, dsorted, N * K * C), FD_TOL);
+          fd_err(FD_EPS, combine_loss, &s, s.out_sorted, dsorted, N * K * C), FD_TOL);
     check("combine d topk_w vs FD (dropped pairs' weights get 0)",
-          fd_err(combine_loss, &s, s.topk_w, dw, N * K), FD_TOL);
+          fd_err(FD_EPS, combine_loss, &s, s.topk_w, dw, N * K), FD_TOL);
     free(logits), free(R), free(Rs), free(x), free(outs), free(w);
     device_free(d_logits), device_free(probs), device_free(ids), device_free(counts);
     device_free(offsets), device_free(pos), device_free(s.topk_w), device_free(s.x);
@@ -336,7 +297,7 @@ static void test_layer_fd(int K, double capacity_factor, float R_scale, float au
     int n_tensors = R_scale == 0 ? 2 : 4; // aux alone reaches only x and the router
     for (int i = 0; i < n_tensors; i++) {
         snprintf(what, sizeof what, "layer %s: %s vs FD", label, t[i].name);
-        check(what, fd_err(layer_loss, &l, t[i].x, t[i].grad, t[i].n), FD_TOL);
+        check(what, fd_err(FD_EPS, layer_loss, &l, t[i].x, t[i].grad, t[i].n), FD_TOL);
     }
     if (R_scale != 0) {
         float *once[4], *twice[4];
@@ -359,12 +320,9 @@ static void test_layer_fd(int K, double capacity_factor, float R_scale, float au
 
 // ---------------------------------------------------------------------------------------------
 // b. against transformers
+#define SCRIPT "tests/reference/make_moe_fixture.py"
 static const float *record(const Fixture *fx, const char *name, size_t count) {
-    const FixtureRecord *r = fixture_find(fx, name);
-    if (r->count != count)
-        FAIL("regenerate it: /tmp/benchvenv/bin/python tests/reference/make_moe_fixture.py",
-             "fixture record %s holds %zu values, the layer wants %zu", name, r->count, count);
-    return r->data;
+    return fixture_values(fx, name, count, SCRIPT);
 }
 
 static Host host_from_fixture(const Fixture *fx, int *K) {
@@ -380,11 +338,7 @@ static Host host_from_fixture(const Fixture *fx, int *K) {
 
 static void compare(const char *what, const float *dev, const Fixture *fx, const char *name,
                     size_t n) {
-    float *got = to_host(dev, n);
-    char line[128];
-    snprintf(line, sizeof line, "%s vs transformers (%s)", what, name);
-    check(line, rel_to_max(got, record(fx, name, n), n), TORCH_TOL);
-    free(got);
+    check_vs_fixture(what, dev, fx, name, n, SCRIPT, TORCH_TOL);
 }
 
 static void test_vs_torch(const Fixture *fx) {
