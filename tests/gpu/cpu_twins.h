@@ -33,6 +33,10 @@
     X(moe_combine_forward)                                                                         \
     X(moe_combine_backward)                                                                        \
     X(moe_router_backward)                                                                         \
+    X(causal_conv1d_forward)                                                                       \
+    X(causal_conv1d_backward)                                                                      \
+    X(selective_scan_forward)                                                                      \
+    X(selective_scan_backward)                                                                     \
     X(cross_entropy_stats)                                                                         \
     X(cross_entropy_rescale)                                                                       \
     X(cross_entropy_loss)                                                                          \

@@ -638,6 +638,75 @@ static void test_swiglu(void) {
     device_free(d_dg), device_free(d_du);
 }
 
+// Mamba's conv1d and selective scan: I = 40 channels make three scan groups (the last of 8), so
+// the groups' partial dB and dC are summed as on the CPU; T = 3 is fewer tokens than the conv's
+// width. The recurrence runs T steps with CUDA's expf against fast_exp.h's (each within an ulp or
+// two), so a rounding per step can build up over the sequence: the scan's outputs are held to
+// TOL_SUM (measured on the emulator, host expf: 2.9e-7 at most), the elementwise conv to TOL_ELEM.
+static void test_mamba(int B, int T, int I, int S, int W, int with_bias) {
+    size_t n = (size_t)B * T * I, nS = (size_t)B * T * S, nw = (size_t)I * W, nA = (size_t)I * S;
+    char what[96];
+    float *x = random_host(n, -1, 1), *w = random_host(nw, -1, 1), *bias = random_host(I, -1, 1);
+    float *out = xmalloc(n * 4), *pre = xmalloc(n * 4), *dout = random_host(n, -1, 1);
+    float *dx = random_host(n, -1, 1), *dw = random_host(nw, -1, 1), *db = random_host(I, -1, 1);
+    float *d_x = to_device(x, n * 4), *d_w = to_device(w, nw * 4), *d_bias = to_device(bias, I * 4);
+    float *d_out = device_malloc(n * 4), *d_pre = device_malloc(n * 4);
+    float *d_dout = to_device(dout, n * 4), *d_dx = to_device(dx, n * 4);
+    float *d_dw = to_device(dw, nw * 4), *d_db = to_device(db, I * 4);
+    const float *b_or_null = with_bias ? bias : NULL, *d_b_or_null = with_bias ? d_bias : NULL;
+    cpu_causal_conv1d_forward(out, pre, x, w, b_or_null, B, T, I, W);
+    causal_conv1d_forward(d_out, d_pre, d_x, d_w, d_b_or_null, B, T, I, W);
+    snprintf(what, sizeof what, "causal_conv1d_forward B%d T%d I%d W%d%s", B, T, I, W,
+             with_bias ? " bias" : "");
+    check(what, d_out, out, n, TOL_ELEM);
+    check("causal_conv1d_forward pre", d_pre, pre, n, TOL_ELEM);
+    cpu_causal_conv1d_backward(dx, dw, with_bias ? db : NULL, dout, x, pre, w, B, T, I, W);
+    causal_conv1d_backward(d_dx, d_dw, with_bias ? d_db : NULL, d_dout, d_x, d_pre, d_w, B, T, I,
+                           W);
+    check("causal_conv1d_backward dx (written over garbage)", d_dx, dx, n, TOL_ELEM);
+    check("causal_conv1d_backward dweight (+=)", d_dw, dw, nw, TOL_ELEM);
+    check("causal_conv1d_backward dbias (+=)", d_db, db, I, TOL_ELEM);
+
+    float *dt = random_host(n, -1.5, 0.5), *dtb = random_host(I, -0.5, 0.5);
+    float *A_log = random_host(nA, 0, 2), *Bm = random_host(nS, -1, 1),
+          *Cm = random_host(nS, -1, 1);
+    float *D = random_host(I, 0.5, 1.5), *y = xmalloc(n * 4), *du = random_host(n, -1, 1);
+    float *ddt = random_host(n, -1, 1), *dB = random_host(nS, -1, 1), *dC = random_host(nS, -1, 1);
+    float *ddtb = random_host(I, -1, 1), *dA = random_host(nA, -1, 1), *dD = random_host(I, -1, 1);
+    float *d_dt = to_device(dt, n * 4), *d_dtb = to_device(dtb, I * 4);
+    float *d_A = to_device(A_log, nA * 4), *d_Bm = to_device(Bm, nS * 4);
+    float *d_Cm = to_device(Cm, nS * 4), *d_D = to_device(D, I * 4), *d_y = device_malloc(n * 4);
+    float *d_du = to_device(du, n * 4), *d_ddt = to_device(ddt, n * 4);
+    float *d_dB = to_device(dB, nS * 4), *d_dC = to_device(dC, nS * 4);
+    float *d_ddtb = to_device(ddtb, I * 4), *d_dA = to_device(dA, nA * 4);
+    float *d_dD = to_device(dD, I * 4);
+    // u is the conv's output, dy its dout: inputs of the right scale
+    cpu_selective_scan_forward(y, out, dt, dtb, A_log, Bm, Cm, D, B, T, I, S);
+    selective_scan_forward(d_y, d_out, d_dt, d_dtb, d_A, d_Bm, d_Cm, d_D, B, T, I, S);
+    snprintf(what, sizeof what, "selective_scan_forward B%d T%d I%d S%d", B, T, I, S);
+    check(what, d_y, y, n, TOL_SUM);
+    cpu_selective_scan_backward(du, ddt, dB, dC, ddtb, dA, dD, dout, out, dt, dtb, A_log, Bm, Cm, D,
+                                B, T, I, S);
+    selective_scan_backward(d_du, d_ddt, d_dB, d_dC, d_ddtb, d_dA, d_dD, d_dout, d_out, d_dt, d_dtb,
+                            d_A, d_Bm, d_Cm, d_D, B, T, I, S);
+    check("selective_scan_backward du (written over garbage)", d_du, du, n, TOL_SUM);
+    check("selective_scan_backward ddt (written over garbage)", d_ddt, ddt, n, TOL_SUM);
+    check("selective_scan_backward dB (written over garbage)", d_dB, dB, nS, TOL_SUM);
+    check("selective_scan_backward dC (written over garbage)", d_dC, dC, nS, TOL_SUM);
+    check("selective_scan_backward ddt_bias (+=)", d_ddtb, ddtb, I, TOL_SUM);
+    check("selective_scan_backward dA_log (+=)", d_dA, dA, nA, TOL_SUM);
+    check("selective_scan_backward dD (+=)", d_dD, dD, I, TOL_SUM);
+    free(x), free(w), free(bias), free(out), free(pre), free(dout), free(dx), free(dw), free(db);
+    free(dt), free(dtb), free(A_log), free(Bm), free(Cm), free(D), free(y), free(du), free(ddt);
+    free(dB), free(dC), free(ddtb), free(dA), free(dD);
+    device_free(d_x), device_free(d_w), device_free(d_bias), device_free(d_out);
+    device_free(d_pre), device_free(d_dout), device_free(d_dx), device_free(d_dw);
+    device_free(d_db), device_free(d_dt), device_free(d_dtb), device_free(d_A), device_free(d_Bm);
+    device_free(d_Cm), device_free(d_D), device_free(d_y), device_free(d_du), device_free(d_ddt);
+    device_free(d_dB), device_free(d_dC), device_free(d_ddtb), device_free(d_dA);
+    device_free(d_dD);
+}
+
 // N = 70000 rows: more than a grid's y or z dimension holds (65535). sumexp is a length-V sum in
 // another order: at V = 4099 the CPU's sequential float sum was 6.1e-6 off the exact (double) one,
 // the GPU's 1.6e-7, so what TOL_ELEM leaves room for is mostly the CPU's rounding.
@@ -876,6 +945,8 @@ int main(int argc, char **argv) {
     test_swiglu();
     test_moe(1000, 96, 8, 2, 200);
     test_moe(257, 64, 64, 6, 0);
+    test_mamba(2, 37, 40, 16, 4, 1);
+    test_mamba(1, 3, 16, 3, 4, 0);
     test_cross_entropy(37, 1000, 500);
     test_cross_entropy(70000, 24, 0);
     test_embedding_backward_sorted(5000, 200, 50, 10, 30, 0);
