@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The shipped fixtures are what tests/reference/make_fixture.py, make_moe_fixture.py and
-# make_moe_model_fixture.py write:
+# The shipped fixtures are what tests/reference/make_fixture.py, make_moe_fixture.py,
+# make_moe_model_fixture.py and make_mamba_fixture.py write:
 # regenerated here, they are byte-identical (checked with torch 2.15 / transformers 5.24,
 # single-threaded). Another torch version may change the last bits of a float; then every value
 # must agree within TOL relative to its tensor's max |value|, and the script says so.
@@ -15,9 +15,11 @@ trap 'rm -rf "$tmp"' EXIT
 python3 tests/reference/make_fixture.py --out "$tmp" || exit 1
 python3 tests/reference/make_moe_fixture.py --out "$tmp" || exit 1
 python3 tests/reference/make_moe_model_fixture.py --out "$tmp" || exit 1
+python3 tests/reference/make_mamba_fixture.py --out "$tmp" || exit 1
 status=0
 for f in tests/fixtures/llama_tiny_tied.bin tests/fixtures/llama_tiny_untied.bin \
-    tests/fixtures/moe_mixtral.bin tests/fixtures/mixtral_tiny.bin; do
+    tests/fixtures/moe_mixtral.bin tests/fixtures/mixtral_tiny.bin \
+    tests/fixtures/mamba_block.bin tests/fixtures/mamba_tiny.bin; do
     new=$tmp/$(basename "$f")
     if cmp -s "$f" "$new"; then
         echo "$f: byte-identical ($(stat -c %s "$f") bytes)"
