@@ -27,6 +27,28 @@ MambaSizes mamba_sizes(int B, int T, int C, int I, int S, int R, int W) {
     return (MambaSizes){.B = B, .T = T, .C = C, .I = I, .S = S, .R = R, .W = W, .N = B * T};
 }
 
+const char *const mamba_tensor_names[MAMBA_TENSORS] = {
+    "in_proj.weight", "conv1d.weight", "conv1d.bias", "x_proj.weight",  "dt_proj.weight",
+    "dt_proj.bias",   "A_log",         "D",           "out_proj.weight"};
+
+void mamba_tensor_sizes(size_t sizes[MAMBA_TENSORS], const MambaSizes *s) {
+    size_t C = s->C, I = s->I, S = s->S, R = s->R, W = s->W;
+    size_t n[MAMBA_TENSORS] = {2 * I * C, I * W, I, (R + 2 * S) * I, I * R, I, I * S, I, C * I};
+    for (int i = 0; i < MAMBA_TENSORS; i++) sizes[i] = n[i];
+}
+
+MambaWeights mamba_weights_point(float *const t[MAMBA_TENSORS]) {
+    return (MambaWeights){.in_proj = t[0],
+                          .conv1d_weight = t[1],
+                          .conv1d_bias = t[2],
+                          .x_proj = t[3],
+                          .dt_proj_weight = t[4],
+                          .dt_proj_bias = t[5],
+                          .A_log = t[6],
+                          .D = t[7],
+                          .out_proj = t[8]};
+}
+
 static size_t activations_layout(MambaActivations *a, char *base, const MambaSizes *s) {
     size_t NI = (size_t)s->N * s->I * sizeof(float), o = 0;
     size_t NR = (size_t)s->N * s->R * sizeof(float), NS = (size_t)s->N * s->S * sizeof(float);

@@ -29,6 +29,14 @@ typedef struct {
     float *out_proj;       // (C, I)
 } MambaWeights;
 
+// The mixer's tensors by transformers' names (mixer.<name>), in the order of MambaWeights' fields:
+// a parameter table, a checkpoint or a fixture lists them so, and mamba_weights_point maps such a
+// list of MAMBA_TENSORS pointers (no conv bias: NULL at index 2) onto the struct
+#define MAMBA_TENSORS 9
+extern const char *const mamba_tensor_names[MAMBA_TENSORS];
+void mamba_tensor_sizes(size_t sizes[MAMBA_TENSORS], const MambaSizes *s); // elements of each
+MambaWeights mamba_weights_point(float *const t[MAMBA_TENSORS]);
+
 // What the forward saves for the backward (one micro-batch)
 typedef struct {
     float *xi, *z;    // (N, I): in_proj's two halves, the conv's input and the gate

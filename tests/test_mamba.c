@@ -170,10 +170,8 @@ static void test_scan_fd(void) {
 
 // ---------------------------------------------------------------------------------------------
 // b. the mixer against transformers
-static const char *const WEIGHTS[] = {
-    "in_proj.weight", "conv1d.weight", "conv1d.bias", "x_proj.weight",  "dt_proj.weight",
-    "dt_proj.bias",   "A_log",         "D",           "out_proj.weight"};
-enum { NW = sizeof WEIGHTS / sizeof WEIGHTS[0] };
+#define WEIGHTS mamba_tensor_names
+enum { NW = MAMBA_TENSORS };
 
 #define SCRIPT "tests/reference/make_mamba_fixture.py"
 static const float *record(const Fixture *fx, const char *name, size_t count) {
@@ -191,24 +189,12 @@ typedef struct {
     MambaGrads g;
 } Mixer;
 
-static MambaWeights point_weights(float *const *p) {
-    return (MambaWeights){.in_proj = p[0],
-                          .conv1d_weight = p[1],
-                          .conv1d_bias = p[2],
-                          .x_proj = p[3],
-                          .dt_proj_weight = p[4],
-                          .dt_proj_bias = p[5],
-                          .A_log = p[6],
-                          .D = p[7],
-                          .out_proj = p[8]};
-}
-
 static Mixer mixer_from_fixture(const Fixture *fx) {
     const float *cfg = record(fx, "config", 8); // B, T, C, I, S, R, W, use_conv_bias
     Mixer m = {.s = mamba_sizes(cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6])};
-    int C = m.s.C, I = m.s.I, S = m.s.S, R = m.s.R, W = m.s.W;
     if (cfg[7] != 1.0f) FAIL("the fixture's mixer has a conv bias", "use_conv_bias %g", cfg[7]);
-    size_t sizes[NW] = {2 * I * C, I * W, I, (R + 2 * S) * I, I * R, I, I * S, I, C * I};
+    size_t sizes[NW];
+    mamba_tensor_sizes(sizes, &m.s);
     for (int i = 0; i < NW; i++) {
         char name[64];
         snprintf(name, sizeof name, "weight.%s", WEIGHTS[i]);
@@ -216,11 +202,11 @@ static Mixer mixer_from_fixture(const Fixture *fx) {
         m.p[i] = to_device(record(fx, name, sizes[i]), sizes[i] * sizeof(float));
         m.dp[i] = device_zeros(sizes[i]);
     }
-    size_t nx = (size_t)m.s.N * C;
+    size_t nx = (size_t)m.s.N * m.s.C;
     m.x = to_device(record(fx, "x", nx), nx * sizeof(float));
     m.dy = to_device(record(fx, "R", nx), nx * sizeof(float));
     m.y = device_zeros(nx), m.dx = device_zeros(nx);
-    m.w = point_weights(m.p), m.dw = point_weights(m.dp);
+    m.w = mamba_weights_point(m.p), m.dw = mamba_weights_point(m.dp);
     mamba_activations_alloc(&m.a, &m.s);
     mamba_grads_alloc(&m.g, &m.s);
     return m;
