@@ -18,7 +18,7 @@
 #      a WMMA call met by half a warp or on a misaligned tile; its WMMA tiles multiply exactly;
 #      and an asynchronous collective's output is NaN until the host has waited for it
 #   3. the mixture-of-experts layer's own test (tests/test_moe.c) on the CUDA kernels, each launch
-#      run twice the same way
+#      run twice the same way; so the Mamba mixer's and its model's (tests/test_mamba*.c)
 #   4. layouts against one rank (fp32, 3 steps, tests/layout_harness.sh's tolerances) with the nccl
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
 #      (pp2 x V2, its exchanges' one-sided halves), and a mixture-of-experts model (4 experts,
@@ -109,6 +109,18 @@ else
     grep -v '^  ok' "$log/moe" | tail -n 20
     fail "the mixture-of-experts layer on the CUDA kernels (build-emu/tests/test_moe)"
 fi
+# 3b. the Mamba mixer and the model composed from it through the CUDA kernels, as t_46 checks
+# the CPU build
+for t in test_mamba:mamba_block test_mamba_model:mamba_tiny; do
+    bin=${t%%:*} fixture=${t#*:}
+    if PICOTRON_EMU_RACECHECK=1 timeout 300 "build-emu/tests/$bin" "tests/fixtures/$fixture.bin" \
+        >"$log/$bin" 2>&1; then
+        echo "Mamba ($bin), race-checked: $(tail -n 1 "$log/$bin")"
+    else
+        grep -v '^  ok' "$log/$bin" | tail -n 20
+        fail "the Mamba mixer on the CUDA kernels (build-emu/tests/$bin)"
+    fi
+done
 
 # 4. layouts with nccl; in a subshell: the harness sets its own EXIT trap and counters
 (
