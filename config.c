@@ -12,9 +12,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR, T_IGNORED };
-static const char *type_names[] = {"an integer",    "an integer", "a number", "a number",
-                                   "true or false", "a string",   "anything"};
+enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR, T_LIST, T_IGNORED };
+static const char *type_names[] = {"an integer", "an integer", "a number", "a number",
+                                   "true or false", "a string", "a list", "anything"};
 
 typedef struct {
     const char *section, *key;
@@ -88,6 +88,7 @@ static const Field fields[] = {
     KEY("training", "recompute", T_BOOL, recompute),
     KEY("dataset", "name", T_STR, dataset_name),
     KEY("dataset", "tokenizer", T_STR, tokenizer),
+    KEY("dataset", "domains", T_LIST, dataset_domains),
     IGNORED("dataset", "subset_name", "null"),
     IGNORED("dataset", "num_workers", "0"),
     IGNORED("dataset", "num_proc", "1"),
@@ -253,6 +254,11 @@ static void set_field(Config *cfg, const Field *f, const cJSON *item) {
     char *dst = (char *)cfg + f->offset;
     double x = 0;
     if (f->type == T_IGNORED || cJSON_IsNull(item)) return;
+    if (f->type == T_LIST) { // kept as JSON text: its reader checks the elements (doremi.c)
+        if (!cJSON_IsArray(item)) type_error(f, item);
+        *(char **)dst = cJSON_PrintUnformatted(item);
+        return;
+    }
     if (f->type == T_STR) {
         if (!cJSON_IsString(item)) type_error(f, item);
         if (strlen(item->valuestring) >= f->size)
@@ -646,6 +652,8 @@ static cJSON *field_json(const Config *cfg, const Field *f) {
         return cJSON_CreateBool(*(const int *)src);
     case T_STR:
         return cJSON_CreateString(src);
+    case T_LIST:
+        return *(char *const *)src ? cJSON_Parse(*(char *const *)src) : cJSON_CreateNull();
     default:
         return cJSON_Parse(f->saved);
     }
