@@ -13,7 +13,9 @@
 #     rank), continues with the loss of the run that never stopped;
 #  4. with PyTorch (TORCH_PYTHON, default python3): transformers loads step 1's folder with no
 #     missing or unexpected keys (hf_loss.py refuses any), and its loss and aux_loss on step 2's
-#     batch equal the C run's.
+#     batch equal the C run's;
+#  5. ./create_config --init_from the fixture says it builds a mixture of experts and writes its
+#     sizes; another model_type gets one line saying what is built, and a sliding window is refused.
 # One sequence per micro-batch (dp x grad_acc = 8): the aux is a function of each micro-batch's
 # tokens, so only then is it the same in every layout (the cross-entropy is for any grouping).
 # TOL is t_32's: the experts' routing stays clear of ties in the fixture (its MIN_GAP).
@@ -103,4 +105,24 @@ if $python -c "import torch, transformers" 2>/dev/null; then
 else
     echo "skip transformers loading a checkpoint written here: no PyTorch in $python (set TORCH_PYTHON)"
 fi
+
+# 5. create_config reads a Mixtral's config.json as one
+./create_config --out_dir "$dir" --exp_name from_mixtral --init_from $fixture --use_cpu \
+    >"$dir/create.log" 2>&1
+note=$(grep '^note: model_type' "$dir/create.log")
+check "create_config --init_from the fixture: $note" \
+    grep -q 'model_type "mixtral": picotron.c builds a mixture of experts, 4 experts of 32 features in each layer, top-2' "$dir/create.log"
+check "and writes num_experts 4, moe_intermediate_size 32, router_aux_loss_coef 0.02" python3 -c "
+import json, sys; m = json.load(open('$dir/from_mixtral/config.json'))['model']
+sys.exit(not (m['num_experts'], m['moe_intermediate_size'], m['router_aux_loss_coef']) == (4, 32, 0.02))"
+mkdir -p "$dir/qwen2" "$dir/window"
+sed 's/"mixtral"/"qwen2"/' $fixture/config.json >"$dir/qwen2/config.json"
+./create_config --out_dir "$dir" --exp_name from_qwen2 --model_config "$dir/qwen2" >"$dir/qwen2.log" 2>&1
+check "model_type qwen2: $(grep '^note' "$dir/qwen2.log")" \
+    grep -q 'model_type "qwen2" is neither llama nor mixtral' "$dir/qwen2.log"
+sed 's/"sliding_window": null/"sliding_window": 16/' $fixture/config.json >"$dir/window/config.json"
+./create_config --out_dir "$dir" --exp_name from_window --model_config "$dir/window" >"$dir/window.log" 2>&1
+rc=$?
+check "sliding_window 16 refused (exit $rc): $(head -n 1 "$dir/window.log")" \
+    test $rc -ne 0 -a "$(grep -c 'sliding_window = 16 is not supported' "$dir/window.log")" = 1
 exit $((failures > 0))
