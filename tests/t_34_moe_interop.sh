@@ -14,8 +14,9 @@
 #  4. with PyTorch (TORCH_PYTHON, default python3): transformers loads step 1's folder with no
 #     missing or unexpected keys (hf_loss.py refuses any), and its loss and aux_loss on step 2's
 #     batch equal the C run's;
-#  5. ./create_config --init_from the fixture says it builds a mixture of experts and writes its
-#     sizes; another model_type gets one line saying what is built, and a sliding window is refused.
+#  5. ./create_config (which writes every config here) says it builds a mixture of experts from
+#     the fixture and writes its sizes; another model_type gets one line saying what is built, and
+#     a sliding window is refused.
 # One sequence per micro-batch (dp x grad_acc = 8): the aux is a function of each micro-batch's
 # tokens, so only then is it the same in every layout (the cross-entropy is for any grouping).
 # TOL is t_32's: the experts' routing stays clear of ties in the fixture (its MIN_GAP).
@@ -26,26 +27,16 @@ dir=$(mktemp -d /tmp/picotron-moe-interop.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 reader=tests/reference/safetensors_read.py
 . tests/check_lib.sh
-# write_config NAME tp pp dp ep grad_acc init_from load_path steps learning_rate
-# (intermediate_size 128 is the dense MLP's, which a mixture of experts does not build: the
-# experts' 32 is config.json's intermediate_size, as Mixtral's)
-write_config() {
-    cat >"$dir/$1.json" <<JSON
-{"distributed": {"tp_size": $2, "pp_size": $3, "dp_size": $4, "ep_size": $5},
- "model": {"name": "hf_mixtral_tiny", "hidden_size": 64, "intermediate_size": 128,
-           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "vocab_size": 256, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
-           "rope_theta": 10000, "tie_word_embeddings": false, "num_experts": 4,
-           "num_experts_per_tok": 2, "moe_intermediate_size": 32, "router_aux_loss_coef": 0.02},
- "training": {"total_train_steps": $9, "seq_length": 32, "micro_batch_size": 1,
-              "gradient_accumulation_steps": $6, "learning_rate": ${10}},
- "dataset": {"name": "data/pride_and_prejudice.txt"},
- "checkpoint": {"init_from": "$7", "load_path": "$8", "save_dir": "$dir/$1.ckpt",
-                "save_frequency": 1},
- "logging": {"metrics_file": "$dir/$1.jsonl"}}
-JSON
+# configure NAME tp pp dp ep grad_acc steps learning_rate FLAGS...: ./create_config writes
+# $dir/NAME/config.json (its checkpoints in $dir/NAME/<step>), the model from FLAGS' --init_from
+# or --model_config folder: one sequence per micro-batch, step by step saves, a metrics file
+configure() {
+    ./create_config --out_dir "$dir" --exp_name "$1" --tp "$2" --pp "$3" --dp "$4" --ep "$5" \
+        --grad_acc_steps "$6" --total_train_steps "$7" --learning_rate "$8" --mbs 1 --seq_len 32 \
+        --dataset data/pride_and_prejudice.txt --save_frequency 1 --metrics_file "$dir/$1.jsonl" \
+        --use_cpu "${@:9}" >"$dir/$1.create.log" 2>&1 || cat "$dir/$1.create.log"
 }
-train() { timeout 120 mpirun -np "$1" ./train --config "$dir/$2.json" >"$dir/$2.log" 2>&1; }
+train() { timeout 120 mpirun -np "$1" ./train --config "$dir/$2/config.json" >"$dir/$2.log" 2>&1; }
 field_at() { sed -n "s/.*\"step\": $2, .*\"$3\": \([-0-9.e+]*\).*/\1/p" "$dir/$1.jsonl"; }
 # relative difference of $1 from $2; `close` is its test against TOL
 rel() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; printf "%.2e", (d < 0 ? -d : d) / b }'; }
@@ -56,7 +47,7 @@ expected() { sed -n "s/.*\"$1\": \([-0-9.e+]*\).*/\1/p" $fixture/expected_loss.j
 want=$(expected loss) want_aux=$(expected aux_loss)
 for layout in "one_rank 1 1 1 1 1 8" "tp2_dp2_ep2 4 2 1 2 2 4" "pp2 2 1 2 1 1 8"; do
     set -- $layout
-    write_config "$1" "$3" "$4" "$5" "$6" "$7" $fixture "" 1 1e-30
+    configure "$1" "$3" "$4" "$5" "$6" "$7" 1 1e-30 --init_from $fixture
     train "$2" "$1"
     got=$(field_at "$1" 1 loss) aux=$(field_at "$1" 1 aux_loss)
     check "$1: first loss $got, transformers $want (rel diff $(rel "$got" "$want"))" \
@@ -64,27 +55,35 @@ for layout in "one_rank 1 1 1 1 1 8" "tp2_dp2_ep2 4 2 1 2 2 4" "pp2 2 1 2 1 1 8"
     check "$1: first aux_loss $aux, transformers' layers $want_aux (rel diff $(rel "$aux" "$want_aux"))" \
         close "$aux" "$want_aux"
 done
-grep -m 1 'model_type "mixtral"' "$dir/one_rank.log" | sed 's/^/     /'
+note=$(grep '^note: model_type' "$dir/one_rank.create.log")
+check "create_config --init_from the fixture: $note" \
+    grep -q 'model_type "mixtral": picotron.c builds a mixture of experts, 4 experts of 32 features in each layer, top-2' "$dir/one_rank.create.log"
+check "and writes num_experts 4, moe_intermediate_size 32, router_aux_loss_coef 0.02" python3 -c "
+import json, sys; m = json.load(open('$dir/one_rank/config.json'))['model']
+sys.exit(not (m['num_experts'], m['moe_intermediate_size'], m['router_aux_loss_coef']) == (4, 32, 0.02))"
 
 # 2. what the ep and pp runs saved, read by the independent reader
 for run in tp2_dp2_ep2 pp2; do
-    saved=$dir/$run.ckpt/1
+    saved=$dir/$run/1
     check "$run saved a Mixtral: $(python3 $reader expect-mixtral "$saved/model.safetensors" "$saved/config.json" $fixture/config.json 2>&1 | tail -n 1)" \
         python3 $reader expect-mixtral "$saved/model.safetensors" "$saved/config.json" $fixture/config.json
     check "$run checksums: $(python3 $reader verify "$saved" 2>&1 | tail -n 1)" python3 $reader verify "$saved"
     check "$run weights equal transformers' file: $(python3 $reader compare $fixture/model.safetensors "$saved/model.safetensors" 0 2>&1 | tail -n 1)" \
         python3 $reader compare $fixture/model.safetensors "$saved/model.safetensors" 0
 done
-python3 $reader expect-mixtral "$dir/pp2.ckpt/1/model.safetensors" "$dir/pp2.ckpt/1/config.json" \
+python3 $reader expect-mixtral "$dir/pp2/1/model.safetensors" "$dir/pp2/1/config.json" \
     $fixture/config.json 2>&1 | head -n 1 | sed 's/^/     /'
-optimizer=$(python3 $reader list "$dir/pp2.ckpt/1/optimizer.safetensors" | grep -c 'block_sparse_moe.*exp_avg')
+optimizer=$(python3 $reader list "$dir/pp2/1/optimizer.safetensors" | grep -c 'block_sparse_moe.*exp_avg')
 check "optimizer.safetensors holds both moments of the 26 expert and router tensors under their Mixtral names ($optimizer)" \
     test "$optimizer" = 52
 
 # 3. saved under tp2 x dp2 x ep2, resumed under pp2
-write_config trained 2 1 2 2 4 $fixture "" 2 1e-2
+# (the resumed config takes the architecture from the saved config.json, with a dense MLP size
+# of 128 that a mixture of experts does not build: only the experts' 32 must match)
+configure trained 2 1 2 2 4 2 1e-2 --init_from $fixture
 train 4 trained
-write_config resumed 1 2 1 1 8 "" "$dir/trained.ckpt/1" 2 1e-2
+configure resumed 1 2 1 1 8 2 1e-2 --model_config "$dir/trained/1" --intermediate_size 128 \
+    --moe_intermediate_size 32 --load_path "$dir/trained/1"
 train 2 resumed
 got=$(field_at resumed 2 loss) want2=$(field_at trained 2 loss)
 check "resumed under pp2 from tp2 x dp2 x ep2's step 1: step 2 loss $got, the run that never stopped $want2 (rel diff $(rel "$got" "$want2"))" \
@@ -93,7 +92,7 @@ check "resumed under pp2 from tp2 x dp2 x ep2's step 1: step 2 loss $got, the ru
 # 4. transformers opens step 1's folder
 python=${TORCH_PYTHON:-python3}
 if $python -c "import torch, transformers" 2>/dev/null; then
-    out=$($python tests/reference/hf_loss.py "$dir/trained.ckpt/1" --dataset data/pride_and_prejudice.txt \
+    out=$($python tests/reference/hf_loss.py "$dir/trained/1" --dataset data/pride_and_prejudice.txt \
         --seq_length 32 --micro_batch_size 1 --gradient_accumulation_steps 4 --dp_size 2 --step 2 2>&1)
     hf=$(echo "$out" | sed -n 's/^loss //p') hf_aux=$(echo "$out" | sed -n 's/^aux_loss //p')
     [ -n "$hf" ] || echo "$out" | tail -n 3
@@ -106,15 +105,7 @@ else
     echo "skip transformers loading a checkpoint written here: no PyTorch in $python (set TORCH_PYTHON)"
 fi
 
-# 5. create_config reads a Mixtral's config.json as one
-./create_config --out_dir "$dir" --exp_name from_mixtral --init_from $fixture --use_cpu \
-    >"$dir/create.log" 2>&1
-note=$(grep '^note: model_type' "$dir/create.log")
-check "create_config --init_from the fixture: $note" \
-    grep -q 'model_type "mixtral": picotron.c builds a mixture of experts, 4 experts of 32 features in each layer, top-2' "$dir/create.log"
-check "and writes num_experts 4, moe_intermediate_size 32, router_aux_loss_coef 0.02" python3 -c "
-import json, sys; m = json.load(open('$dir/from_mixtral/config.json'))['model']
-sys.exit(not (m['num_experts'], m['moe_intermediate_size'], m['router_aux_loss_coef']) == (4, 32, 0.02))"
+# 5. other model types
 mkdir -p "$dir/qwen2" "$dir/window"
 sed 's/"mixtral"/"qwen2"/' $fixture/config.json >"$dir/qwen2/config.json"
 ./create_config --out_dir "$dir" --exp_name from_qwen2 --model_config "$dir/qwen2" >"$dir/qwen2.log" 2>&1

@@ -63,14 +63,20 @@ def write_expected_loss(folder, tokens, batch=BATCH):
     print("%s: loss %.9g" % (folder, loss))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def fixture_setup(doc):
+    """--out and --dataset, for a script with this docstring; torch on one thread, deterministic"""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", default="tests/fixtures")
     parser.add_argument("--dataset", default=BATCH["dataset"],
                         help="where the corpus is (expected_loss.json names data/...)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
+    return args
+
+
+def main():
+    args = fixture_setup(__doc__)
 
     model = make_model()
     fp32_dir = os.path.join(args.out, "hf_tiny")

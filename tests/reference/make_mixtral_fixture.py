@@ -17,7 +17,6 @@ under Mixtral's checkpoint names, one tensor per expert: model.layers.L.block_sp
 (E, C) and block_sparse_moe.experts.E.w1 (gate_proj) / w3 (up_proj) (I, C), w2 (down_proj) (C, I).
 The seed is the first whose routing of step 1's and step 2's samples stays MIN_GAP from a tie.
 """
-import argparse
 import os
 import shutil
 import sys
@@ -76,13 +75,7 @@ def smallest_gap(model, tokens):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="tests/fixtures")
-    parser.add_argument("--dataset", default=BATCH["dataset"],
-                        help="where the corpus is (expected_loss.json names data/...)")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    args = make_hf_fixture.fixture_setup(__doc__)
     tokens = hf_loss.read_tokens(args.dataset)
 
     seed = FIRST_SEED
