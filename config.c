@@ -710,6 +710,35 @@ static cJSON *read_hf_json(const char *path, const char *who) {
     return root;
 }
 
+// What picotron.c builds of a Hugging Face config (c, read from root): a llama as a Llama, a
+// mixtral as a mixture of experts, any other model_type as a Llama, said in one line; what it
+// cannot build (a sliding window) refused, what it does not do (router jitter) said
+static void check_hf_model(const Config *c, const cJSON *root, const char *path, const char *who) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    int mixtral = cJSON_IsString(type) && strcmp(type->valuestring, "mixtral") == 0;
+    const cJSON *window = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (cJSON_IsNumber(window) && window->valuedouble < c->max_position_embeddings)
+        user_error("%s %s: sliding_window = %g is not supported (picotron.c's attention sees every "
+                   "earlier position): null, or at least max_position_embeddings = %d",
+                   who, path, window->valuedouble, c->max_position_embeddings);
+    if (mixtral && c->num_experts < 1)
+        user_error("%s %s: a mixtral needs num_local_experts of at least 1, not %d", who, path,
+                   c->num_experts);
+    const cJSON *jitter = cJSON_GetObjectItemCaseSensitive(root, "router_jitter_noise");
+    if (world_rank() == 0 && cJSON_IsNumber(jitter) && jitter->valuedouble != 0)
+        printf("note: router_jitter_noise = %g is not applied: picotron.c routes each token's own "
+               "input (transformers scales it by uniform(1 - j, 1 + j) noise in training)\n",
+               jitter->valuedouble);
+    if (world_rank() == 0 && mixtral)
+        printf("note: model_type \"mixtral\": picotron.c builds a mixture of experts, %d experts "
+               "of %d features in each layer, top-%d (model_moe.c)\n",
+               c->num_experts, c->moe_intermediate_size, c->num_experts_per_tok);
+    else if (world_rank() == 0 && cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0)
+        printf("note: model_type \"%s\" is neither llama nor mixtral, the two picotron.c knows: "
+               "it builds a Llama%s of these sizes, and reads only such a model's tensors\n",
+               type->valuestring, c->num_experts > 0 ? " with a mixture of experts" : "");
+}
+
 void config_read_hf(Config *cfg, const char *path, const char *who) {
     enum { HF_INT, HF_FLOAT, HF_BOOL };
     const struct {
@@ -727,7 +756,8 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
         {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
         {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
         {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
-        // a mixture of experts: Qwen2-MoE's names, and Mixtral's num_local_experts
+        // a mixture of experts: Mixtral's num_local_experts, and Qwen2-MoE's names, which an
+        // older picotron.c wrote
         {"num_experts", HF_INT, 0, offsetof(Config, num_experts)},
         {"num_local_experts", HF_INT, 0, offsetof(Config, num_experts)},
         {"num_experts_per_tok", HF_INT, 0, offsetof(Config, num_experts_per_tok)},
@@ -787,22 +817,7 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
     snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
              cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");
-    const cJSON *window = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    if (cJSON_IsNumber(window) && window->valuedouble < cfg->max_position_embeddings)
-        user_error("%s %s: sliding_window = %g is not supported (picotron.c's attention sees every "
-                   "earlier position): null, or at least max_position_embeddings = %d",
-                   who, path, window->valuedouble, cfg->max_position_embeddings);
-    if (mixtral && cfg->num_experts < 1)
-        user_error("%s %s: a mixtral needs num_local_experts of at least 1, not %d", who, path,
-                   cfg->num_experts);
-    if (world_rank() == 0 && mixtral)
-        printf("note: model_type \"mixtral\": picotron.c builds a mixture of experts, %d experts "
-               "of %d features in each layer, top-%d (model_moe.c)\n",
-               cfg->num_experts, cfg->moe_intermediate_size, cfg->num_experts_per_tok);
-    else if (world_rank() == 0 && cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0)
-        printf("note: model_type \"%s\" is neither llama nor mixtral, the two picotron.c knows: "
-               "it builds a Llama%s of these sizes, and reads only such a model's tensors\n",
-               type->valuestring, cfg->num_experts > 0 ? " with a mixture of experts" : "");
+    check_hf_model(cfg, root, path, who);
     cJSON_Delete(root);
 }
 
