@@ -363,7 +363,8 @@ MIXTRAL_MODEL = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_la
 def mixtral_model(config):
     """The values that define the model, defaults filled in, head_dim and rope_theta resolved."""
     model = {key: config.get(key, default) for key, default in MIXTRAL_MODEL.items()}
-    model["head_dim"] = config.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
+    heads = model["num_attention_heads"]
+    model["head_dim"] = config.get("head_dim") or model["hidden_size"] // heads
     model["rope_theta"] = (config.get("rope_parameters") or {}).get(
         "rope_theta", config.get("rope_theta", 1e6))
     return model
@@ -372,7 +373,8 @@ def mixtral_model(config):
 def cmd_expect_mixtral(path, config_path, reference_path=None):
     with open(config_path) as f:
         config = json.load(f)
-    if config.get("architectures") != ["MixtralForCausalLM"] or config.get("model_type") != "mixtral":
+    if (config.get("architectures") != ["MixtralForCausalLM"]
+            or config.get("model_type") != "mixtral"):
         fail("expect-mixtral: %s has architectures %s, model_type %s (want MixtralForCausalLM, "
              "mixtral)" % (config_path, config.get("architectures"), config.get("model_type")))
     unknown = sorted(set(config) - MIXTRAL_KEYS)
