@@ -45,6 +45,9 @@ typedef struct {
     // dataset
     char dataset_name[512]; // a .txt (byte-tokenised), a token file (.tok) or llm.c .bin
     char tokenizer[512];    // the tokenizer the token file was made with ("": bytes, or unnamed)
+    // a checkpoint's special tokens, its tokenizer's (checkpoint_tokenizer.c sets them before
+    // config_save_hf writes them); -1: none, written null
+    int bos_token_id, eos_token_id;
     // checkpoint
     char save_dir[512];
     int save_frequency;  // 0: never
