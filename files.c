@@ -22,6 +22,16 @@ static int refuse(int err, const char *why) {
     return -1;
 }
 
+// fstat: 0, or -1 with fd closed, errno and file_problem set
+static int fstat_or_close(int fd, struct stat *st) {
+    if (fstat(fd, st) == 0) return 0;
+    int err = errno;
+    close(fd);
+    snprintf(file_problem, sizeof file_problem, "cannot be read: %s", strerror(err));
+    errno = err;
+    return -1;
+}
+
 // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer, so
 // fstat can refuse it; a regular file ignores the flag, which is cleared before any read
 int open_regular_file(const char *path, int flags) {
@@ -34,13 +44,7 @@ int open_regular_file(const char *path, int flags) {
         return -1;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        snprintf(file_problem, sizeof file_problem, "cannot be read: %s", strerror(err));
-        errno = err;
-        return -1;
-    }
+    if (fstat_or_close(fd, &st) != 0) return -1;
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return refuse(S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
@@ -134,20 +138,14 @@ char *read_whole_file(const char *path, size_t *size) {
     int fd = open_regular_file(path, O_RDONLY);
     if (fd < 0) return NULL;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        snprintf(file_problem, sizeof file_problem, "cannot be read: %s", strerror(err));
-        errno = err;
-        return NULL;
-    }
+    if (fstat_or_close(fd, &st) != 0) return NULL;
     return read_fd(fd, (size_t)st.st_size, 0, size);
 }
 
 char *read_whole_stream(const char *path, size_t *size) {
     if (strcmp(path, "-") == 0) return read_fd(dup(STDIN_FILENO), 0, 1, size);
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode))
+    if (stat(path, &st) != 0 || !S_ISFIFO(st.st_mode))
         return read_whole_file(path, size);   // a regular file, or the line saying what it is
     int fd = open(path, O_RDONLY | O_NOCTTY); // a pipe waits for its writer here
     if (fd < 0) {

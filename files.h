@@ -24,8 +24,9 @@ void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char 
 // The whole file, '\0'-terminated, its length in *size; NULL with errno and file_error() set when
 // it cannot be read (or is no regular file), so each caller words the one-line error its user needs
 char *read_whole_file(const char *path, size_t *size);
-// read_whole_file's twin for a stream: path "-" is standard input, a FIFO or /dev/stdin (a pipe)
-// is read to its end; a regular file is read_whole_file's
+// read_whole_file's twin for a stream: path "-" (standard input, whatever it is) or a FIFO (a
+// pipe: mkfifo's, bash's <(...), /dev/stdin on a pipe) is read to its end; anything else goes to
+// read_whole_file, which reads a regular file and refuses a directory or a device as ever
 char *read_whole_stream(const char *path, size_t *size);
 // Writes size bytes to path, flushed and fsync'd (a checkpoint's files are on disk when it is
 // committed): 0, or -1 with errno set

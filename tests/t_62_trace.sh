@@ -178,23 +178,22 @@ for mode in ("naive", "bucketed"):
 sys.exit(1 if fails else 0)
 PY
 
-# 5. an unwritable trace path
-config bad '"dp_size": 2' '' '"total_train_steps": 1, "seq_length": 32' '"trace": "/nonexistent/x/trace.json"'
-out=$(timeout 60 mpirun -np 2 ./train --config "$dir/bad/config.json" 2>&1); rc=$?
-if [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "logging.trace"; then
-    echo "ok   unwritable trace: $out"
-else
-    echo "FAIL unwritable trace (exit $rc): $out"; failures=$((failures + 1))
-fi
-# one line, not counting MPICH's own after an abort
-mkdir -p "$dir/svgdir/trace.svg" "$dir/full_json" "$dir/full_svg"
-config svgdir '"dp_size": 2' '' '"total_train_steps": 1, "seq_length": 32' "\"trace\": \"$dir/svgdir/trace.json\""
-out=$(timeout 60 mpirun -np 2 ./train --config "$dir/svgdir/config.json" 2>&1); rc=$?
-if [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "logging.trace.*trace.svg cannot be written"; then
-    echo "ok   its picture unwritable (a folder): refused before step 1: ${out//$dir/DIR}"
-else
-    echo "FAIL its picture unwritable (exit $rc): $out"; failures=$((failures + 1))
-fi
+# 5. an unwritable trace path, and an unwritable picture: one line, before step 1
+refused_at_start() { # NAME TRACE WANT: a run whose logging.trace is TRACE exits 1, one line matching WANT
+    config "$1" '"dp_size": 2' '' '"total_train_steps": 1, "seq_length": 32' "\"trace\": \"$2\""
+    local out rc
+    out=$(timeout 60 mpirun -np 2 ./train --config "$dir/$1/config.json" 2>&1); rc=$?
+    if [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "$3"; then
+        echo "ok   $1: ${out//$dir/DIR}"
+    else
+        echo "FAIL $1 (exit $rc): $out"; failures=$((failures + 1))
+    fi
+}
+refused_at_start unwritable_trace /nonexistent/x/trace.json "logging.trace"
+mkdir -p "$dir/unwritable_picture/trace.svg" "$dir/full_json" "$dir/full_svg"
+refused_at_start unwritable_picture "$dir/unwritable_picture/trace.json" \
+    "logging.trace.*trace.svg cannot be written: Is a directory"
+# a write that fails at the end: one line, not counting MPICH's own after the abort
 for kind in json svg; do
     ln -s /dev/full "$dir/full_$kind/trace.$kind"
     config full_$kind '"dp_size": 2' '' '"total_train_steps": 1, "seq_length": 32' "\"trace\": \"$dir/full_$kind/trace.json\""
