@@ -812,6 +812,11 @@ int config_save_hf(const Config *c, const char *path) {
                               number_json(c->router_aux_loss_coef, 1));
         cJSON_AddBoolToObject(root, "norm_topk_prob", 1); // Mixtral's renormalised top-k
     }
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    cJSON_AddBoolToObject(root, "attention_bias", 0);
+    cJSON_AddBoolToObject(root, "mlp_bias", 0);
+    cJSON_AddStringToObject(root, "torch_dtype", "float32");
     // the tokenizer's special tokens: null when there are none, for transformers' LlamaConfig
     // would otherwise default to 1 and 2
     const int special[2] = {c->bos_token_id, c->eos_token_id};
@@ -820,11 +825,6 @@ int config_save_hf(const Config *c, const char *path) {
         cJSON_AddItemToObject(root, special_keys[i],
                               special[i] >= 0 ? cJSON_CreateNumber(special[i])
                                               : cJSON_CreateNull());
-    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
-    cJSON_AddStringToObject(root, "hidden_act", "silu");
-    cJSON_AddBoolToObject(root, "attention_bias", 0);
-    cJSON_AddBoolToObject(root, "mlp_bias", 0);
-    cJSON_AddStringToObject(root, "torch_dtype", "float32");
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     FILE *f = text ? fopen(path, "w") : NULL;
