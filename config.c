@@ -872,6 +872,14 @@ int config_save_hf(const Config *c, const char *path) {
         cJSON_AddBoolToObject(root, "mlp_bias", 0);
     }
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    // the tokenizer's special tokens: null when there are none, for transformers' LlamaConfig
+    // would otherwise default to 1 and 2
+    const int special[2] = {c->bos_token_id, c->eos_token_id};
+    const char *special_keys[2] = {"bos_token_id", "eos_token_id"};
+    for (int i = 0; i < 2; i++)
+        cJSON_AddItemToObject(root, special_keys[i],
+                              special[i] >= 0 ? cJSON_CreateNumber(special[i])
+                                              : cJSON_CreateNull());
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     FILE *f = text ? fopen(path, "w") : NULL;

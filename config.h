@@ -48,6 +48,9 @@ typedef struct {
     // a mixture of domains instead of dataset_name (doremi.c): the JSON list of {"name", "path",
     // "weight"} as the config spells it; NULL: none
     char *dataset_domains;
+    // a checkpoint's special tokens, its tokenizer's (checkpoint_tokenizer.c sets them before
+    // config_save_hf writes them); -1: none, written null
+    int bos_token_id, eos_token_id;
     // checkpoint
     char save_dir[512];
     int save_frequency;  // 0: never
