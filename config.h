@@ -65,6 +65,10 @@ typedef struct {
     // environment
     int omp_num_threads;
     double peak_flops; // FLOP/s per device for MFU; 0: measure (CPU) or look up (GPU)
+    // DoReMi (doremi.c): the proxy run learns the domains' weights against a reference model
+    char doremi_reference[512]; // the reference's checkpoint (a step folder or a save_dir); "": off
+    float doremi_step_size;     // eta of the exponentiated-gradient update
+    float doremi_smoothing;     // c: the weights are mixed with uniform by this much
 } Config;
 
 // Reads and validates path; every problem is one line naming the key, then exit(1).
