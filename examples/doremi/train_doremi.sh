@@ -9,14 +9,14 @@
 # Then both the uniform run (the reference) and the final run are evaluated on held-out text of
 # each domain (text neither saw: the novel's last tenth, sums and bytes of another seed).
 #
-# usage: examples/doremi/train_doremi.sh [WORK_DIR] [STEPS]   (defaults tmp/doremi, 150)
+# usage: examples/doremi/train_doremi.sh [WORK_DIR] [STEPS]   (defaults tmp/doremi, 100)
 # It prints the learned weights beside the initial ones, and each domain's held-out loss of the
 # uniform and of the DoReMi run; the last line is the worst non-random domain's held-out loss of
 # both. With -np N for mpirun: NP=N (any layout of create_config's flags: LAYOUT="--dp 2").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=${1:-tmp/doremi}
-steps=${2:-150}
+steps=${2:-100}
 np=${NP:-1}
 layout=${LAYOUT:-}
 mkdir -p "$work/data"
