@@ -3,8 +3,9 @@
 # reference trained on them first:
 #  1. the weight update equals an independent reference (plain Python, float64) recomputing
 #     every step's weights from the logged excess losses and the carried weights, to 1e-12;
-#  2. the proxy under dp2, tp2, pp2 (1F1B and AFAB) and dp2 x tp2 x pp2 equals one rank: losses and final
-#     weights within the layout harness's tolerances, and every step's domain weights;
+#  2. the proxy under dp2, tp2, pp2 (1F1B and AFAB), cp2, dp2 x tp2 x pp2, ZeRO-1 and
+#     recomputation equals one rank: losses and final weights within the layout harness's
+#     tolerances, and every step's domain weights;
 #  3. a one-domain proxy (weight 1, every token weighted 1) trains bit for bit as the plain run;
 #  4. examples/doremi/train_doremi.sh, the whole pipeline for 100 steps: the random domain's
 #     learned weight ends below its initial 1/3 and the two learnable ones above, and the final model's
@@ -61,8 +62,9 @@ sys.exit(0 if len(rows) == 20 and worst <= 1e-5 else 1)")
     local rc=$?
     [ $rc = 0 ] && say ok "$2: $report" || say FAIL "$2: $report"
 }
-for layout in "dp2 dp=2 ga=2" "tp2 tp=2" "pp2 pp=2" "pp2_afab pp=2 engine=afab" \
-              "dp2_tp2_pp2 dp=2 tp=2 pp=2 ga=2"; do
+for layout in "dp2 dp=2 ga=2" "tp2 tp=2" "pp2 pp=2" "pp2_afab pp=2 engine=afab" "cp2 cp=2" \
+              "dp2_tp2_pp2 dp=2 tp=2 pp=2 ga=2" "zero1_dp2 dp=2 ga=2 zero1=true" \
+              "recompute recompute=true"; do
     set -- $layout
     check_layout proxy "$@" && compare_weights proxy "$1"
 done
