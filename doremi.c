@@ -12,6 +12,7 @@
 #include "doremi.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <unistd.h>
 #include <math.h>
 #include <string.h>
 #include "backend/backend.h"
@@ -249,8 +250,58 @@ static void add_token_losses(Model *model, Activations *a) {
     dr->micro++;
 }
 
+// A resumed proxy carries on with the weights of the run it resumes: the steps before first_step
+// of the domain_weights.jsonl beside its checkpoint (in the save_dir that load_path names, or
+// holds), each written to 17 digits, so alpha and their sum come back exactly. This run's own
+// domain_weights.jsonl starts with those lines (returned).
+static char *resume_weights(DoReMi *dr, const Config *cfg, const DomainMixture *mix,
+                            int first_step) {
+    char dir[600], path[700], state[700];
+    snprintf(dir, sizeof dir, "%s", cfg->load_path);
+    snprintf(state, sizeof state, "%s/state.json", dir);
+    if (access(state, F_OK) == 0 && strrchr(dir, '/')) *strrchr(dir, '/') = '\0'; // a step folder
+    snprintf(path, sizeof path, "%s/domain_weights.jsonl", dir);
+    char *text = read_whole_file(path, NULL);
+    if (!text)
+        user_error("doremi: resuming a proxy run needs its weights, %s: %s", path, file_error());
+    int steps = 0;
+    char *kept = text;
+    for (char *line = text, *end; *line; line = end + 1) {
+        if (!(end = strchr(line, '\n'))) break;
+        *end = '\0';
+        cJSON *row = json_parse(line, end - line, NULL, "doremi: domain_weights.jsonl");
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(row, "step");
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(row, "weights");
+        if (!cJSON_IsNumber(step) || step->valuedouble != steps + 1 || !cJSON_IsObject(w))
+            user_error("doremi: %s: line %d is not step %d's weights", path, steps + 1, steps + 1);
+        if (step->valueint >= first_step) {
+            cJSON_Delete(row);
+            break;
+        }
+        for (int d = 0; d < mix->k; d++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(w, mix->domains[d].name);
+            if (!cJSON_IsNumber(x) || !(x->valuedouble > 0))
+                user_error("doremi: %s: step %d has no weight > 0 for domain \"%s\"", path,
+                           steps + 1, mix->domains[d].name);
+            dr->alpha[d] = x->valuedouble;
+            dr->alpha_sum[d] += x->valuedouble;
+        }
+        *end = '\n'; // kept: this run's file starts with it
+        cJSON_Delete(row);
+        steps++;
+        kept = end + 1;
+    }
+    *kept = '\0';
+    if (steps != first_step - 1)
+        user_error("doremi: %s holds the weights of %d steps, the checkpoint is at step %d (the "
+                   "proxy's own save_dir's file, up to its checkpoint, is what a resume reads)",
+                   path, steps, first_step - 1);
+    dr->steps_before = steps;
+    return text;
+}
+
 static void doremi_init(DoReMi *dr, const Model *model, const DomainMixture *mix,
-                        const ModelShard *shard, int logger) {
+                        const ModelShard *shard, int logger, int first_step) {
     const Config *cfg = &model->cfg;
     int k = mix->k, N = model->B * model->T;
     *dr = (DoReMi){.eta = cfg->doremi_step_size,
@@ -274,14 +325,18 @@ static void doremi_init(DoReMi *dr, const Model *model, const DomainMixture *mix
     const ProcessGroupManager *pgm = model->pgm;
     micro_batch_loader_init(&dr->ref_loader, &dr->ref_ds, cfg, pgm->dp_rank, pgm->dp_size,
                             shard->positions, model->T);
-    if (logger) {
-        char path[600];
+    char *kept = first_step > 1 ? resume_weights(dr, cfg, mix, first_step) : NULL;
+    if (logger) { // through a temporary file, as metrics.c: a crash here loses no step's line
+        char path[600], tmp[610];
         snprintf(path, sizeof path, "%s/domain_weights.jsonl", cfg->save_dir);
-        dr->log = fopen(path, "w");
-        if (!dr->log)
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        dr->log = fopen(tmp, "w");
+        if (!dr->log || (kept && fputs(kept, dr->log) < 0) || fflush(dr->log) != 0 ||
+            rename(tmp, path) != 0)
             user_error("doremi: cannot write %s: %s (checkpoint.save_dir must be writable)", path,
                        strerror(errno));
     }
+    free(kept);
 }
 
 // the reference's forward over the step's micro-batches, pipelined as the proxy's (forward only:
@@ -350,12 +405,9 @@ void domain_losses_init(DomainLosses *dl, Model *model, const DomainMixture *mix
     memset(dl->run, 0, k * sizeof(double));
     memset(dl->run_steps, 0, k * sizeof(long));
     for (int d = 0; d < k; d++) dl->first[d] = NAN;
-    if (model->cfg.doremi_reference[0] && first_step > 1)
-        user_error("doremi: resuming a proxy run (checkpoint.load_path) is not supported yet: "
-                   "its domain weights are not in the checkpoint; start the proxy from step 1");
     if (model->cfg.doremi_reference[0]) {
         dl->doremi = xmalloc(sizeof(DoReMi));
-        doremi_init(dl->doremi, model, mix, shard, logger);
+        doremi_init(dl->doremi, model, mix, shard, logger, first_step);
     }
     model->on_loss = add_token_losses;
     model->loss_ctx = dl;
@@ -422,7 +474,8 @@ void domain_losses_report(const DomainLosses *dl, const char *save_dir) {
     double learned[k];
     for (int d = 0; d < k; d++) {
         const Domain *dom = &dl->mix->domains[d];
-        learned[d] = dr && dl->steps ? dr->alpha_sum[d] / dl->steps : NAN;
+        int steps = dl->steps + (dr ? dr->steps_before : 0);
+        learned[d] = dr && steps ? dr->alpha_sum[d] / steps : NAN;
         printf("  %-16s %.4f %10ld  %.4f  %.4f", dom->name, dom->weight, dom->ds.num_tokens,
                dl->first[d], dl->run_steps[d] ? dl->run[d] / dl->run_steps[d] : NAN);
         if (dr) printf("  %.4f", learned[d]);
@@ -437,7 +490,7 @@ void domain_losses_report(const DomainLosses *dl, const char *save_dir) {
         FAIL("is the disk full?", "doremi: cannot write %s: %s", path, strerror(errno));
     printf("DoReMi: the mean weights of %d steps written to %s (./create_config "
            "--domain_weights %s puts them into a config)\n",
-           dl->steps, path, path);
+           dl->steps + dr->steps_before, path, path);
 }
 
 void domain_losses_free(DomainLosses *dl) {

@@ -60,6 +60,7 @@ typedef struct {
     float *scale_host; // (N): a micro-batch's loss weight of each token
     float *scale;      // (N) device
     int micro;         // this step's micro-batches seen by the loss hook
+    int steps_before;  // the steps of the run this one resumed, in alpha_sum
     FILE *log;         // save_dir/domain_weights.jsonl, on the logging rank
 } DoReMi;
 

@@ -4,13 +4,14 @@
 #  1. the weight update equals an independent reference (plain Python, float64) recomputing
 #     every step's weights from the logged excess losses and the carried weights, to 1e-12;
 #  2. the proxy under dp2, tp2, pp2 (1F1B and AFAB), cp2, dp2 x tp2 x pp2, ZeRO-1 and
-#     recomputation equals one rank: losses and final weights within the layout harness's
-#     tolerances, and every step's domain weights;
+#     recomputation equals one rank, and so does the proxy resumed at step 5 under dp2: losses
+#     and final weights within the layout harness's tolerances, and every step's domain weights;
 #  3. a one-domain proxy (weight 1, every token weighted 1) trains bit for bit as the plain run;
 #  4. examples/doremi/train_doremi.sh, the whole pipeline for 100 steps: the random domain's
 #     learned weight ends below its initial 1/3 and the two learnable ones above, and the final model's
 #     worst non-random held-out loss is no worse than the uniform run's (the numbers are printed);
-#  5. a bad doremi key or combination ends in one line naming it.
+#  5. a bad doremi key or combination, or a resume without the saved run's weights, ends in one
+#     line naming it.
 cd "$(dirname "$0")/.." || exit 1
 STEPS=10
 . tests/layout_harness.sh
@@ -23,7 +24,7 @@ HARNESS_DATASET=$THREE_DOMAINS
 
 run_layout reference ga=4
 HARNESS_SECTIONS=', "doremi": {"reference_checkpoint": "'$HARNESS_DIR/reference/ckpt/$STEPS'", "step_size": 1.0, "smoothing": 0.001}'
-run_layout proxy ga=4
+run_layout proxy ga=4 save=5
 weights_of() { echo "$HARNESS_DIR/$1/ckpt/domain_weights.jsonl"; }
 
 # 1. the update, recomputed from the logged excess losses
@@ -68,6 +69,8 @@ for layout in "dp2 dp=2 ga=2" "tp2 tp=2" "pp2 pp=2" "pp2_afab pp=2 engine=afab" 
     set -- $layout
     check_layout proxy "$@" && compare_weights proxy "$1"
 done
+# resumed at step 5 in another layout: its weights come back from the saved run's log, exactly
+resume_layout proxy proxy resumed_dp2 dp=2 ga=2 && compare_weights proxy resumed_dp2
 
 # 3. one domain: its weight is 1 and every token's too, so the proxy is the plain run
 HARNESS_DATASET='"domains": [{"name": "novel", "path": "data/pride_and_prejudice.txt"}]'
@@ -105,6 +108,9 @@ bad smoothing "$R['smoothing'] = 2" 'doremi.smoothing = 2 must lie in \[0, 1\]'
 bad same_dir "$R['reference_checkpoint'] = cfg['checkpoint']['save_dir']" 'the reference is another run'
 bad sequence_parallel "cfg['distributed']['sequence_parallel'] = True; cfg['distributed']['tp_size'] = 2" 'with distributed.sequence_parallel is not supported yet'
 bad missing "$R['reference_checkpoint'] = '$work/nowhere'" "$work/nowhere"
-bad resume "cfg['checkpoint']['load_path'] = '$HARNESS_DIR/proxy/ckpt/$STEPS'; cfg['training']['total_train_steps'] = 12; cfg['checkpoint']['save_dir'] = '$work/resumed'" 'resuming a proxy run'
+mkdir -p "$work/no_log" && cp -r "$HARNESS_DIR/proxy/ckpt/5" "$work/no_log/5"
+bad resume_no_log "cfg['checkpoint']['load_path'] = '$work/no_log/5'; cfg['checkpoint']['save_dir'] = '$work/resumed'" "resuming a proxy run needs its weights, $work/no_log/domain_weights.jsonl"
+head -n 3 "$HARNESS_DIR/proxy/ckpt/domain_weights.jsonl" >"$work/no_log/domain_weights.jsonl"
+bad resume_short_log "cfg['checkpoint']['load_path'] = '$work/no_log/5'; cfg['checkpoint']['save_dir'] = '$work/resumed'" 'holds the weights of 3 steps, the checkpoint is at step 5'
 [ $harness_failures -eq 0 ] || status=1
 exit $status
