@@ -44,6 +44,8 @@ double device_peak_flops(int ranks_on_node);
 void fill(float *x, float value, size_t n);
 void add_inplace(float *y, const float *x, size_t n);   // y += x
 void scale_inplace(float *x, float s, size_t n);        // x *= s
+// x (rows, cols): row r *= scale[r] (a loss weight per token, doremi.c)
+void scale_rows(float *x, const float *scale, int rows, int cols);
 void sum_squares(float *out, const float *x, size_t n); // out[0] += sum(x^2)
 void sum_reduce(float *out, const float *x, size_t n);  // out[0] += sum(x)
 

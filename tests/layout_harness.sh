@@ -15,6 +15,10 @@ HARNESS_TRAIN=${HARNESS_TRAIN:-./train}
 HARNESS_DISTRIBUTED_EXTRA=${HARNESS_DISTRIBUTED_EXTRA:-}
 # and for the model section, e.g. '"dtype": "float32"' (the GPU build's default is bfloat16)
 HARNESS_MODEL_EXTRA=${HARNESS_MODEL_EXTRA:-}
+# the dataset section's keys, e.g. a mixture of domains (tests/t_19_domains.sh)
+HARNESS_DATASET=${HARNESS_DATASET:-'"name": "data/pride_and_prejudice.txt"'}
+# more sections, e.g. ', "doremi": {...}' (tests/t_69_doremi.sh)
+HARNESS_SECTIONS=${HARNESS_SECTIONS:-}
 HARNESS_DIR=$(mktemp -d /tmp/picotron-layouts.XXXXXX)
 trap 'rm -rf "$HARNESS_DIR"' EXIT
 harness_failures=0
@@ -53,9 +57,9 @@ run_layout() {
               "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
               "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay",
               "recompute": $recompute},
- "dataset": {"name": "data/pride_and_prejudice.txt"},
+ "dataset": {$HARNESS_DATASET},
  "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $save, "load_path": "$load"},
- "logging": {"metrics_file": "$dir/metrics.jsonl"}}
+ "logging": {"metrics_file": "$dir/metrics.jsonl"}$HARNESS_SECTIONS}
 JSON
     local np=$((tp * cp * pp * dp))
     if ! timeout 300 mpirun -np $np "$HARNESS_TRAIN" --config "$dir/config.json" >"$dir/log" 2>&1; then
