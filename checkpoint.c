@@ -186,6 +186,13 @@ static void check_architecture(const Config *cfg, const char *folder, const char
         {"num_experts", saved.num_experts, cfg->num_experts},
         {"num_experts_per_tok", saved.num_experts_per_tok, cfg->num_experts_per_tok},
         {"moe_intermediate_size", saved.moe_intermediate_size, cfg->moe_intermediate_size},
+        {"model_type mamba", config_is_mamba(&saved), config_is_mamba(cfg)},
+        {"state_size", saved.state_size, cfg->state_size},
+        {"expand", saved.expand, cfg->expand},
+        {"conv_kernel", saved.conv_kernel, cfg->conv_kernel},
+        {"time_step_rank", config_time_step_rank(&saved), config_time_step_rank(cfg)},
+        {"use_conv_bias", saved.use_conv_bias, cfg->use_conv_bias},
+        {"layer_norm_epsilon", saved.layer_norm_epsilon, cfg->layer_norm_epsilon},
     };
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
         if (keys[k].saved != keys[k].current)
@@ -205,6 +212,10 @@ static void architecture_fingerprint(char out[17], const Config *c) {
     if (c->num_experts > 0) // a dense model's fingerprint stays what it was
         snprintf(text + strlen(text), sizeof text - strlen(text), " moe %d %d %d", c->num_experts,
                  c->num_experts_per_tok, c->moe_intermediate_size);
+    if (config_is_mamba(c)) // a Llama's fingerprint stays what it was
+        snprintf(text + strlen(text), sizeof text - strlen(text), " mamba %d %d %d %d %d %.9g",
+                 c->state_size, c->expand, c->conv_kernel, config_time_step_rank(c),
+                 c->use_conv_bias, c->layer_norm_epsilon);
     snprintf(out, 17, "%016llx", (unsigned long long)hash_string(text));
 }
 
@@ -338,7 +349,9 @@ static CheckpointTokenizer begin_save(const char *tmp, const ParamInfo *full, in
             SafetensorsEntry *e = &entries[first + j];
             *e = (SafetensorsEntry){.rows = full[j].global_rows,
                                     .cols = full[j].global_cols,
-                                    .ndim = full[j].global_rows == 1 ? 1 : 2}; // norms are 1-D
+                                    .ndim = full[j].conv_shape         ? 3 // (rows, 1, cols)
+                                            : full[j].global_rows == 1 ? 1 // norms are 1-D
+                                                                       : 2};
             snprintf(e->name, sizeof e->name, "%s%s", full[j].name, PARTS[part].suffix);
         }
         if (part == 1) continue; // its file waits for the second moments

@@ -13,21 +13,24 @@
 #include <sys/stat.h>
 
 enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR, T_LIST, T_IGNORED };
-static const char *type_names[] = {"an integer", "an integer", "a number", "a number",
-                                   "true or false", "a string", "a list", "anything"};
+static const char *type_names[] = {"an integer",    "an integer", "a number", "a number",
+                                   "true or false", "a string",   "a list",   "anything"};
 
 typedef struct {
     const char *section, *key;
     int type;
     size_t offset, size; // where the value lives in Config; size bounds a string
     const char *saved;   // T_IGNORED: the JSON config_save writes, so picotron can read it
+    int mamba;           // a Mamba's key (MambaConfig's): written only for a Mamba
 } Field;
 
 #define KEY(sec, key, type, member)                                                                \
-    { sec, key, type, offsetof(Config, member), sizeof(((Config *)0)->member), NULL }
+    { sec, key, type, offsetof(Config, member), sizeof(((Config *)0)->member), NULL, 0 }
+#define MAMBA_KEY(key, type, member)                                                               \
+    { "model", key, type, offsetof(Config, member), sizeof(((Config *)0)->member), NULL, 1 }
 // read for compatibility with picotron's configs, then ignored
 #define IGNORED(sec, key, json)                                                                    \
-    { sec, key, T_IGNORED, 0, 0, json }
+    { sec, key, T_IGNORED, 0, 0, json, 0 }
 
 static const char *sections[] = {"distributed", "model",   "training",    "dataset",
                                  "checkpoint",  "logging", "environment", "doremi"};
@@ -67,6 +70,19 @@ static const Field fields[] = {
     KEY("model", "moe_intermediate_size", T_INT, moe_intermediate_size),
     KEY("model", "router_aux_loss_coef", T_FLOAT, router_aux_loss_coef),
     KEY("model", "moe_capacity_factor", T_FLOAT, moe_capacity_factor),
+    MAMBA_KEY("model_type", T_STR, model_type),
+    MAMBA_KEY("state_size", T_INT, state_size),
+    MAMBA_KEY("expand", T_INT, expand),
+    MAMBA_KEY("conv_kernel", T_INT, conv_kernel),
+    MAMBA_KEY("time_step_rank", T_INT, time_step_rank),
+    MAMBA_KEY("use_conv_bias", T_BOOL, use_conv_bias),
+    MAMBA_KEY("use_bias", T_BOOL, use_bias),
+    MAMBA_KEY("layer_norm_epsilon", T_FLOAT, layer_norm_epsilon),
+    MAMBA_KEY("time_step_min", T_FLOAT, time_step_min),
+    MAMBA_KEY("time_step_max", T_FLOAT, time_step_max),
+    MAMBA_KEY("time_step_floor", T_FLOAT, time_step_floor),
+    MAMBA_KEY("time_step_scale", T_FLOAT, time_step_scale),
+    MAMBA_KEY("time_step_init_scheme", T_STR, time_step_init_scheme),
     IGNORED("model", "use_flash_attention", "false"),
     IGNORED("model", "use_fused_adam", "false"),
     KEY("training", "seed", T_INT, seed),
@@ -119,6 +135,12 @@ static const char *architecture_keys[] = {"hidden_size",         "intermediate_s
                                           "num_hidden_layers",   "num_attention_heads",
                                           "num_key_value_heads", "vocab_size"};
 
+// of those, the ones a Mamba has (MambaConfig computes its intermediate_size; it has no heads)
+static int mamba_needs(const char *key) {
+    return strcmp(key, "hidden_size") == 0 || strcmp(key, "num_hidden_layers") == 0 ||
+           strcmp(key, "vocab_size") == 0;
+}
+
 typedef struct {
     const char *name;
     int hidden, intermediate, layers, heads, kv_heads, vocab, max_pos, tied;
@@ -147,7 +169,28 @@ static int preset_matches(const char *preset, const char *name) {
     return strlen(p) == len && strncasecmp(p, n, len) == 0;
 }
 
+// state-spaces/mamba-130m-hf's config.json: a Mamba (model_mamba.c), tied, GPT-NeoX's vocabulary
+static void mamba_130m(Config *cfg) {
+    strcpy(cfg->model_type, "mamba");
+    cfg->hidden_size = 768, cfg->num_hidden_layers = 24, cfg->vocab_size = 50280;
+    cfg->intermediate_size = 1536, cfg->tie_word_embeddings = 1;
+    cfg->state_size = 16, cfg->expand = 2, cfg->conv_kernel = 4, cfg->time_step_rank = 48;
+    cfg->use_conv_bias = 1, cfg->use_bias = 0, cfg->layer_norm_epsilon = 1e-5f;
+}
+
+int config_is_mamba(const Config *cfg) {
+    return strcmp(cfg->model_type, "mamba") == 0;
+}
+
+int config_time_step_rank(const Config *cfg) {
+    return cfg->time_step_rank > 0 ? cfg->time_step_rank : (cfg->hidden_size + 15) / 16;
+}
+
 int config_apply_preset(Config *cfg, const char *name) {
+    if (preset_matches("state-spaces/mamba-130m-hf", name)) {
+        mamba_130m(cfg);
+        return 1;
+    }
     for (int i = 0; i < NUM_PRESETS; i++) {
         const Preset *p = &presets[i];
         if (!preset_matches(p->name, name)) continue;
@@ -161,6 +204,7 @@ int config_apply_preset(Config *cfg, const char *name) {
         cfg->tie_word_embeddings = p->tied;
         cfg->rms_norm_eps = p->rms_norm_eps;
         cfg->rope_theta = p->rope_theta;
+        strcpy(cfg->model_type, "llama");
         return 1;
     }
     return 0;
@@ -170,8 +214,8 @@ const char *config_preset_names(void) {
     static char names[512];
     names[0] = '\0';
     for (int i = 0; i < NUM_PRESETS; i++)
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-                 presets[i].name);
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s, ", presets[i].name);
+    strcat(names, "state-spaces/mamba-130m-hf");
     return names;
 }
 
@@ -204,6 +248,11 @@ void config_defaults(Config *cfg) {
     cfg->gradient_accumulation_steps = 1;
     cfg->num_experts_per_tok = 2;       // Mixtral's
     cfg->router_aux_loss_coef = 0.001f; // transformers' Mixtral and Qwen2-MoE default
+    // MambaConfig's defaults (a Mamba with model_type "mamba")
+    cfg->state_size = 16, cfg->expand = 2, cfg->conv_kernel = 4, cfg->use_conv_bias = 1;
+    cfg->layer_norm_epsilon = 1e-5f, cfg->time_step_min = 1e-3f, cfg->time_step_max = 0.1f;
+    cfg->time_step_floor = 1e-4f, cfg->time_step_scale = 1.0f;
+    strcpy(cfg->time_step_init_scheme, "random");
     strcpy(cfg->lr_decay, "constant");
     cfg->weight_decay = 0.01f;
     cfg->adam_beta1 = 0.9f;
@@ -212,8 +261,8 @@ void config_defaults(Config *cfg) {
     strcpy(cfg->dataset_name, "data/austen.txt");
     strcpy(cfg->save_dir, "ckpt");
     cfg->omp_num_threads = 1;
-    cfg->doremi_step_size = 1.0f;   // the paper's eta
-    cfg->doremi_smoothing = 1e-3f;  // the paper's c
+    cfg->doremi_step_size = 1.0f;  // the paper's eta
+    cfg->doremi_smoothing = 1e-3f; // the paper's c
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,12 +422,14 @@ void config_load(Config *cfg, const char *path) {
     int given[NUM_FIELDS] = {0};
     read_sections(cfg, root, given);
     for (int k = 0; !preset && k < (int)(sizeof architecture_keys / sizeof *architecture_keys); k++)
-        if (given[find_field("model", architecture_keys[k]) - fields] != GIVEN_VALUE)
+        if (given[find_field("model", architecture_keys[k]) - fields] != GIVEN_VALUE &&
+            !(config_is_mamba(cfg) && !mamba_needs(architecture_keys[k])))
             user_error("config error: model.%s is missing and model.name \"%s\" is no built-in "
                        "preset (%s); set it, or write the config with "
                        "./create_config --model_config",
                        architecture_keys[k], cfg->model_name, config_preset_names());
     if (strcmp(cfg->backend, "gloo") == 0) strcpy(cfg->backend, "mpi"); // picotron's CPU name
+    if (config_is_mamba(cfg)) cfg->intermediate_size = cfg->expand * cfg->hidden_size; // d_inner
     cJSON_Delete(root);
     free(text);
 }
@@ -477,9 +528,51 @@ static void config_validate_doremi(const Config *c) {
                        : c->sequence_parallel   ? "distributed.sequence_parallel"
                        : c->num_experts > 0     ? "model.num_experts > 0"
                                                 : NULL;
-    CHECK(!with, "doremi.reference_checkpoint with %s is not supported yet (the reference model "
-                 "runs beside the proxy in the plain layout): turn it off",
+    CHECK(!with,
+          "doremi.reference_checkpoint with %s is not supported yet (the reference model "
+          "runs beside the proxy in the plain layout): turn it off",
           with);
+}
+
+// a Mamba (model_mamba.c): its sizes, and the layouts it does not run yet, each in one line
+static void config_validate_mamba(const Config *c) {
+    const struct {
+        const char *key;
+        int value, min;
+    } sizes[] = {{"state_size", c->state_size, 1},
+                 {"expand", c->expand, 1},
+                 {"conv_kernel", c->conv_kernel, 1},
+                 {"time_step_rank", c->time_step_rank, 0}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        CHECK(sizes[i].value >= sizes[i].min && sizes[i].value <= 1 << 16,
+              "model.%s = %d must lie in [%d, 65536]%s", sizes[i].key, sizes[i].value, sizes[i].min,
+              sizes[i].min == 0 ? " (0: \"auto\", ceil(hidden_size / 16))" : "");
+    CHECK(!c->use_bias, "model.use_bias = true is not supported for a Mamba (in_proj and out_proj "
+                        "have no bias here, as in transformers' default): set it to false");
+    CHECK(c->layer_norm_epsilon > 0, "model.layer_norm_epsilon = %g must be positive",
+          c->layer_norm_epsilon);
+    CHECK(c->time_step_min > 0 && c->time_step_min <= c->time_step_max,
+          "model.time_step_min = %g must lie in (0, model.time_step_max = %g]", c->time_step_min,
+          c->time_step_max);
+    CHECK(c->time_step_floor >= 0, "model.time_step_floor = %g is negative", c->time_step_floor);
+    CHECK(c->time_step_scale > 0, "model.time_step_scale = %g must be positive",
+          c->time_step_scale);
+    CHECK(one_of(c->time_step_init_scheme, "random", "constant"),
+          "model.time_step_init_scheme = \"%s\" must be \"random\" or \"constant\"",
+          c->time_step_init_scheme);
+    const char *unsupported = c->tp_size > 1             ? "distributed.tp_size > 1"
+                              : c->cp_size > 1           ? "distributed.cp_size > 1"
+                              : c->cp_zigzag             ? "distributed.cp_zigzag"
+                              : c->sequence_parallel     ? "distributed.sequence_parallel"
+                              : c->pp_virtual_stages > 1 ? "distributed.pp_virtual_stages > 1"
+                              : c->num_experts > 0       ? "model.num_experts > 0"
+                              : c->ep_size > 1           ? "distributed.ep_size > 1"
+                              : c->recompute             ? "training.recompute"
+                                                         : NULL;
+    CHECK(!unsupported,
+          "%s is not supported with model.model_type = \"mamba\" yet (dp, ZeRO-1 and pp are): "
+          "turn it off",
+          unsupported);
 }
 
 void config_validate(const Config *c) {
@@ -567,26 +660,34 @@ void config_validate(const Config *c) {
 
     int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int tp = c->tp_size, cp = c->cp_size, T = c->seq_length;
-    CHECK(C % H == 0, "model.hidden_size = %d is not divisible by model.num_attention_heads = %d",
-          C, H);
-    CHECK(H % KV == 0,
-          "model.num_attention_heads = %d is not divisible by model.num_key_value_heads = %d", H,
-          KV);
-    CHECK(C / H % 2 == 0,
-          "model.hidden_size / model.num_attention_heads = %d / %d = %d is odd; RoPE rotates "
-          "pairs, so the head dimension must be even",
-          C, H, C / H);
-    CHECK(H % tp == 0, "distributed.tp_size = %d does not divide model.num_attention_heads = %d",
-          tp, H);
-    CHECK(KV % tp == 0, "distributed.tp_size = %d does not divide model.num_key_value_heads = %d",
-          tp, KV);
-    CHECK(c->intermediate_size % tp == 0,
-          "distributed.tp_size = %d does not divide model.intermediate_size = %d", tp,
-          c->intermediate_size);
-    CHECK(c->vocab_size % tp == 0,
-          "model.vocab_size = %d is not divisible by distributed.tp_size = %d (each tp rank "
-          "holds vocab_size/tp_size rows; pad vocab_size to a multiple of %d)",
-          c->vocab_size, tp, tp);
+    CHECK(one_of(c->model_type, "llama", "mamba"),
+          "model.model_type = \"%s\" must be \"llama\" (with model.num_experts: a Mixtral) or "
+          "\"mamba\"",
+          c->model_type);
+    if (config_is_mamba(c))
+        config_validate_mamba(c); // a Mamba has no attention to check
+    else {
+        CHECK(C % H == 0,
+              "model.hidden_size = %d is not divisible by model.num_attention_heads = %d", C, H);
+        CHECK(H % KV == 0,
+              "model.num_attention_heads = %d is not divisible by model.num_key_value_heads = %d",
+              H, KV);
+        CHECK(C / H % 2 == 0,
+              "model.hidden_size / model.num_attention_heads = %d / %d = %d is odd; RoPE rotates "
+              "pairs, so the head dimension must be even",
+              C, H, C / H);
+        CHECK(H % tp == 0,
+              "distributed.tp_size = %d does not divide model.num_attention_heads = %d", tp, H);
+        CHECK(KV % tp == 0,
+              "distributed.tp_size = %d does not divide model.num_key_value_heads = %d", tp, KV);
+        CHECK(c->intermediate_size % tp == 0,
+              "distributed.tp_size = %d does not divide model.intermediate_size = %d", tp,
+              c->intermediate_size);
+        CHECK(c->vocab_size % tp == 0,
+              "model.vocab_size = %d is not divisible by distributed.tp_size = %d (each tp rank "
+              "holds vocab_size/tp_size rows; pad vocab_size to a multiple of %d)",
+              c->vocab_size, tp, tp);
+    }
     if (c->cp_zigzag)
         CHECK(T % (2 * cp) == 0,
               "training.seq_length = %d is not divisible by 2*distributed.cp_size = %d "
@@ -627,7 +728,7 @@ void config_validate(const Config *c) {
     if (c->num_experts > 0) config_validate_experts(c);
     if (c->ep_size > 1) config_validate_expert_parallel(c);
     if (c->doremi_reference[0]) config_validate_doremi(c);
-    CHECK(T <= c->max_position_embeddings,
+    CHECK(T <= c->max_position_embeddings || config_is_mamba(c),
           "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
           c->max_position_embeddings);
 
@@ -704,7 +805,8 @@ int config_save(const Config *cfg, const char *path) {
         if (strcmp(sections[s], "doremi") == 0 && !cfg->doremi_reference[0]) continue;
         cJSON *section = cJSON_AddObjectToObject(root, sections[s]);
         for (int i = 0; i < NUM_FIELDS; i++)
-            if (strcmp(fields[i].section, sections[s]) == 0)
+            if (strcmp(fields[i].section, sections[s]) == 0 &&
+                (!fields[i].mamba || config_is_mamba(cfg)))
                 cJSON_AddItemToObject(section, fields[i].key, field_json(cfg, &fields[i]));
     }
     char *text = cJSON_Print(root);
@@ -779,50 +881,17 @@ static void check_hf_model(const Config *c, const cJSON *root, const char *path,
                type->valuestring, c->num_experts > 0 ? " with a mixture of experts" : "");
 }
 
-void config_read_hf(Config *cfg, const char *path, const char *who) {
-    enum { HF_INT, HF_FLOAT, HF_BOOL };
-    const struct {
-        const char *key;
-        int type, required;
-        size_t offset;
-    } keys[] = {
-        {"hidden_size", HF_INT, 1, offsetof(Config, hidden_size)},
-        {"intermediate_size", HF_INT, 1, offsetof(Config, intermediate_size)},
-        {"num_hidden_layers", HF_INT, 1, offsetof(Config, num_hidden_layers)},
-        {"num_attention_heads", HF_INT, 1, offsetof(Config, num_attention_heads)},
-        {"num_key_value_heads", HF_INT, 0, offsetof(Config, num_key_value_heads)},
-        {"vocab_size", HF_INT, 1, offsetof(Config, vocab_size)},
-        {"rms_norm_eps", HF_FLOAT, 0, offsetof(Config, rms_norm_eps)},
-        {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
-        {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
-        {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
-        // a mixture of experts: Mixtral's num_local_experts, and Qwen2-MoE's names, which an
-        // older picotron.c wrote
-        {"num_experts", HF_INT, 0, offsetof(Config, num_experts)},
-        {"num_local_experts", HF_INT, 0, offsetof(Config, num_experts)},
-        {"num_experts_per_tok", HF_INT, 0, offsetof(Config, num_experts_per_tok)},
-        {"moe_intermediate_size", HF_INT, 0, offsetof(Config, moe_intermediate_size)},
-        {"router_aux_loss_coef", HF_FLOAT, 0, offsetof(Config, router_aux_loss_coef)},
-    };
-    cJSON *root = read_hf_json(path, who);
-    // transformers 5 moved rope_theta into rope_parameters; older files keep it at the top
-    const cJSON *rope = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(rope, "rope_theta");
-    if (theta && !cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))
-        cJSON_AddItemToObject(root, "rope_theta", cJSON_Duplicate(theta, 0));
-    // the defaults of transformers' LlamaConfig, or MixtralConfig's for a Mixtral: a mixture of
-    // experts whose intermediate_size is each expert's (model_moe.c)
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    int mixtral = cJSON_IsString(type) && strcmp(type->valuestring, "mixtral") == 0;
-    cfg->rms_norm_eps = mixtral ? 1e-5f : 1e-6f;
-    cfg->rope_theta = mixtral ? 1e6f : 10000.0f;
-    cfg->max_position_embeddings = mixtral ? 131072 : 2048;
-    cfg->tie_word_embeddings = 0;
-    cfg->num_key_value_heads = 0; // 0 until read: then it defaults to the query heads
-    cfg->num_experts = mixtral ? 8 : 0;
-    cfg->moe_intermediate_size = 0;
-    if (mixtral) cfg->num_experts_per_tok = 2, cfg->router_aux_loss_coef = 0.001f;
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+enum { HF_INT, HF_FLOAT, HF_BOOL };
+typedef struct {
+    const char *key;
+    int type, required;
+    size_t offset;
+} HfKey;
+
+// root's values of keys into cfg, each checked for its type; a missing required key is an error
+static void read_hf_keys(Config *cfg, const cJSON *root, const HfKey *keys, size_t n,
+                         const char *path, const char *who) {
+    for (size_t k = 0; k < n; k++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
         char *dst = (char *)cfg + keys[k].offset;
         if (!item || cJSON_IsNull(item)) {
@@ -844,6 +913,104 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
             user_error("%s %s: %s has the wrong type", who, path, keys[k].key);
         }
     }
+}
+
+// transformers' MambaConfig (model_type "mamba"), with its defaults
+static void read_hf_mamba(Config *cfg, cJSON *root, const char *path, const char *who) {
+    const HfKey keys[] = {
+        {"hidden_size", HF_INT, 1, offsetof(Config, hidden_size)},
+        {"num_hidden_layers", HF_INT, 1, offsetof(Config, num_hidden_layers)},
+        {"vocab_size", HF_INT, 1, offsetof(Config, vocab_size)},
+        {"state_size", HF_INT, 0, offsetof(Config, state_size)},
+        {"expand", HF_INT, 0, offsetof(Config, expand)},
+        {"conv_kernel", HF_INT, 0, offsetof(Config, conv_kernel)},
+        {"time_step_rank", HF_INT, 0, offsetof(Config, time_step_rank)},
+        {"use_bias", HF_BOOL, 0, offsetof(Config, use_bias)},
+        {"use_conv_bias", HF_BOOL, 0, offsetof(Config, use_conv_bias)},
+        {"layer_norm_epsilon", HF_FLOAT, 0, offsetof(Config, layer_norm_epsilon)},
+        {"time_step_min", HF_FLOAT, 0, offsetof(Config, time_step_min)},
+        {"time_step_max", HF_FLOAT, 0, offsetof(Config, time_step_max)},
+        {"time_step_floor", HF_FLOAT, 0, offsetof(Config, time_step_floor)},
+        {"time_step_scale", HF_FLOAT, 0, offsetof(Config, time_step_scale)},
+        {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
+    };
+    Config d;
+    config_defaults(&d); // MambaConfig's defaults are these, tied as MambaConfig is
+    cfg->state_size = d.state_size, cfg->expand = d.expand, cfg->conv_kernel = d.conv_kernel;
+    cfg->use_bias = 0, cfg->use_conv_bias = 1, cfg->layer_norm_epsilon = d.layer_norm_epsilon;
+    cfg->time_step_min = d.time_step_min, cfg->time_step_max = d.time_step_max;
+    cfg->time_step_floor = d.time_step_floor, cfg->time_step_scale = d.time_step_scale;
+    cfg->tie_word_embeddings = 1, cfg->num_experts = 0, cfg->time_step_rank = 0;
+    strcpy(cfg->time_step_init_scheme, "random");
+    strcpy(cfg->model_type, "mamba");
+    const cJSON *rank = cJSON_GetObjectItemCaseSensitive(root, "time_step_rank");
+    if (cJSON_IsString(rank) && strcmp(rank->valuestring, "auto") == 0) // 0: auto
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "time_step_rank");
+    read_hf_keys(cfg, root, keys, sizeof keys / sizeof keys[0], path, who);
+    const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(root, "time_step_init_scheme");
+    if (cJSON_IsString(scheme))
+        snprintf(cfg->time_step_init_scheme, sizeof cfg->time_step_init_scheme, "%s",
+                 scheme->valuestring);
+    cfg->intermediate_size = cfg->expand * cfg->hidden_size; // MambaConfig's
+    const cJSON *inter = cJSON_GetObjectItemCaseSensitive(root, "intermediate_size");
+    if (cJSON_IsNumber(inter) && inter->valuedouble != cfg->intermediate_size)
+        user_error("%s %s: intermediate_size = %g is not expand * hidden_size = %d (MambaConfig "
+                   "computes it so)",
+                   who, path, inter->valuedouble, cfg->intermediate_size);
+    if (world_rank() == 0)
+        printf("note: model_type \"mamba\": picotron.c builds a Mamba, %d layers of %d channels, "
+               "%d states each (model_mamba.c)\n",
+               cfg->num_hidden_layers, cfg->intermediate_size, cfg->state_size);
+}
+
+void config_read_hf(Config *cfg, const char *path, const char *who) {
+    const HfKey keys[] = {
+        {"hidden_size", HF_INT, 1, offsetof(Config, hidden_size)},
+        {"intermediate_size", HF_INT, 1, offsetof(Config, intermediate_size)},
+        {"num_hidden_layers", HF_INT, 1, offsetof(Config, num_hidden_layers)},
+        {"num_attention_heads", HF_INT, 1, offsetof(Config, num_attention_heads)},
+        {"num_key_value_heads", HF_INT, 0, offsetof(Config, num_key_value_heads)},
+        {"vocab_size", HF_INT, 1, offsetof(Config, vocab_size)},
+        {"rms_norm_eps", HF_FLOAT, 0, offsetof(Config, rms_norm_eps)},
+        {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
+        {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
+        {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
+        // a mixture of experts: Mixtral's num_local_experts, and Qwen2-MoE's names, which an
+        // older picotron.c wrote
+        {"num_experts", HF_INT, 0, offsetof(Config, num_experts)},
+        {"num_local_experts", HF_INT, 0, offsetof(Config, num_experts)},
+        {"num_experts_per_tok", HF_INT, 0, offsetof(Config, num_experts_per_tok)},
+        {"moe_intermediate_size", HF_INT, 0, offsetof(Config, moe_intermediate_size)},
+        {"router_aux_loss_coef", HF_FLOAT, 0, offsetof(Config, router_aux_loss_coef)},
+    };
+    cJSON *root = read_hf_json(path, who);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+    snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
+             cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "mamba") == 0) {
+        read_hf_mamba(cfg, root, path, who);
+        cJSON_Delete(root);
+        return;
+    }
+    strcpy(cfg->model_type, "llama");
+    // transformers 5 moved rope_theta into rope_parameters; older files keep it at the top
+    const cJSON *rope = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(rope, "rope_theta");
+    if (theta && !cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))
+        cJSON_AddItemToObject(root, "rope_theta", cJSON_Duplicate(theta, 0));
+    // the defaults of transformers' LlamaConfig, or MixtralConfig's for a Mixtral: a mixture of
+    // experts whose intermediate_size is each expert's (model_moe.c)
+    int mixtral = cJSON_IsString(type) && strcmp(type->valuestring, "mixtral") == 0;
+    cfg->rms_norm_eps = mixtral ? 1e-5f : 1e-6f;
+    cfg->rope_theta = mixtral ? 1e6f : 10000.0f;
+    cfg->max_position_embeddings = mixtral ? 131072 : 2048;
+    cfg->tie_word_embeddings = 0;
+    cfg->num_key_value_heads = 0; // 0 until read: then it defaults to the query heads
+    cfg->num_experts = mixtral ? 8 : 0;
+    cfg->moe_intermediate_size = 0;
+    if (mixtral) cfg->num_experts_per_tok = 2, cfg->router_aux_loss_coef = 0.001f;
+    read_hf_keys(cfg, root, keys, sizeof keys / sizeof keys[0], path, who);
     if (cfg->num_key_value_heads == 0) cfg->num_key_value_heads = cfg->num_attention_heads;
     if (cfg->num_experts > 0 && cfg->moe_intermediate_size == 0) // Mixtral's experts
         cfg->moe_intermediate_size = cfg->intermediate_size;
@@ -854,18 +1021,12 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
             "%s %s: head_dim = %g is not hidden_size / num_attention_heads = %d (picotron.c's "
             "heads are that wide)",
             who, path, head_dim->valuedouble, cfg->hidden_size / cfg->num_attention_heads);
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
-    snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
-             cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");
     check_hf_model(cfg, root, path, who);
     cJSON_Delete(root);
 }
 
-// A dense model is a Llama; a mixture of experts a Mixtral (model_moe.c names its tensors so),
-// whose intermediate_size is each expert's
-int config_save_hf(const Config *c, const char *path) {
-    int moe = c->num_experts > 0;
-    cJSON *root = cJSON_CreateObject();
+// LlamaConfig's keys, or MixtralConfig's for a mixture of experts
+static void llama_hf_keys(cJSON *root, const Config *c, int moe) {
     const char *architecture = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
     cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&architecture, 1));
     cJSON_AddStringToObject(root, "model_type", moe ? "mixtral" : "llama");
@@ -902,6 +1063,55 @@ int config_save_hf(const Config *c, const char *path) {
     if (!moe) { // LlamaConfig's; a Mixtral has no biases and no such keys
         cJSON_AddBoolToObject(root, "attention_bias", 0);
         cJSON_AddBoolToObject(root, "mlp_bias", 0);
+    }
+}
+
+// transformers' MambaConfig keys of a Mamba (model_mamba.c names its tensors as MambaForCausalLM)
+static void save_hf_mamba(cJSON *root, const Config *c) {
+    const struct {
+        const char *key;
+        double value;
+        int is_float;
+    } numbers[] = {
+        {"hidden_size", c->hidden_size, 0},
+        {"intermediate_size", c->expand * c->hidden_size, 0},
+        {"num_hidden_layers", c->num_hidden_layers, 0},
+        {"vocab_size", c->vocab_size, 0},
+        {"state_size", c->state_size, 0},
+        {"expand", c->expand, 0},
+        {"conv_kernel", c->conv_kernel, 0},
+        {"time_step_rank", config_time_step_rank(c), 0},
+        {"layer_norm_epsilon", c->layer_norm_epsilon, 1},
+        {"time_step_min", c->time_step_min, 1},
+        {"time_step_max", c->time_step_max, 1},
+        {"time_step_floor", c->time_step_floor, 1},
+        {"time_step_scale", c->time_step_scale, 1},
+    };
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+        cJSON_AddItemToObject(root, numbers[i].key,
+                              numbers[i].is_float ? python_float_json(numbers[i].value)
+                                                  : number_json(numbers[i].value, 0));
+    cJSON_AddStringToObject(root, "time_step_init_scheme", c->time_step_init_scheme);
+    cJSON_AddBoolToObject(root, "use_bias", c->use_bias);
+    cJSON_AddBoolToObject(root, "use_conv_bias", c->use_conv_bias);
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddBoolToObject(root, "residual_in_fp32", 1);
+    cJSON_AddBoolToObject(root, "rescale_prenorm_residual", 0);
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+}
+
+// A dense model is a Llama; a mixture of experts a Mixtral (model_moe.c names its tensors so),
+// whose intermediate_size is each expert's; a Mamba a Mamba
+int config_save_hf(const Config *c, const char *path) {
+    int moe = c->num_experts > 0, mamba = config_is_mamba(c);
+    cJSON *root = cJSON_CreateObject();
+    if (mamba) {
+        const char *architecture = "MambaForCausalLM";
+        cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&architecture, 1));
+        cJSON_AddStringToObject(root, "model_type", "mamba");
+        save_hf_mamba(root, c);
+    } else {
+        llama_hf_keys(root, c, moe);
     }
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
     // the tokenizer's special tokens: null when there are none, for transformers' LlamaConfig

@@ -30,6 +30,13 @@ typedef struct {
     // router_aux_loss_coef, and GShard's capacity ceil(factor * tokens * k / experts) (0: none)
     int num_experts, num_experts_per_tok, moe_intermediate_size;
     float router_aux_loss_coef, moe_capacity_factor;
+    // Mamba (model_mamba.c): model_type "mamba" is transformers' MambaForCausalLM, each layer a
+    // Mamba block (mamba.c) of d_inner = expand * hidden_size channels; the keys are MambaConfig's
+    // (time_step_rank 0: "auto", ceil(hidden_size / 16)). The attention keys are then unused.
+    char model_type[16]; // "llama" (a Mixtral with num_experts) or "mamba"
+    int state_size, expand, conv_kernel, time_step_rank, use_conv_bias, use_bias;
+    float layer_norm_epsilon, time_step_min, time_step_max, time_step_floor, time_step_scale;
+    char time_step_init_scheme[16]; // "random" or "constant": dt_proj.weight's init
     // training
     int seed;
     float learning_rate;
@@ -86,6 +93,9 @@ int config_save(const Config *cfg, const char *path);
 void config_read_hf(Config *cfg, const char *path, const char *who);
 // cfg's architecture as the config.json transformers' LlamaForCausalLM loads; 0 on success
 int config_save_hf(const Config *cfg, const char *path);
+// 1 for a Mamba (model.model_type "mamba"); its dt rank with "auto" (0) resolved
+int config_is_mamba(const Config *cfg);
+int config_time_step_rank(const Config *cfg);
 // Built-in architectures with Hugging Face's numbers (picotron-tiny, SmolLM-135M, ...), matched by
 // name with or without the "org/" prefix and the "-Instruct" suffix: sets cfg's architecture keys
 // and returns 1, or returns 0 when name is none of them. config_load applies one before the file's

@@ -74,6 +74,22 @@ static Flag flags[] = {
         "weight of the load-balancing loss in the training loss"),
     SET("moe_capacity_factor", A_FLOAT, moe_capacity_factor,
         "expert capacity: ceil(factor * tokens * k / experts) pairs, the rest dropped; 0: none"),
+    SET("model_type", A_STR, model_type,
+        "llama, or mamba: transformers' MambaForCausalLM, a Mamba block in each layer"),
+    SET("state_size", A_INT, state_size, "Mamba: states per channel (MambaConfig's)"),
+    SET("expand", A_INT, expand, "Mamba: d_inner = expand * hidden_size"),
+    SET("conv_kernel", A_INT, conv_kernel, "Mamba: the causal conv's width"),
+    SET("time_step_rank", A_INT, time_step_rank, "Mamba: dt's rank (0: ceil(hidden_size / 16))"),
+    SET("use_conv_bias", A_INT, use_conv_bias, "Mamba: 1 or 0, a bias on the conv"),
+    SET("use_bias", A_INT, use_bias, "Mamba: biases on in_proj and out_proj (0; 1 is refused)"),
+    SET("layer_norm_epsilon", A_FLOAT, layer_norm_epsilon, "Mamba: the RMSNorms' eps"),
+    SET("time_step_min", A_FLOAT, time_step_min, "Mamba: dt's init range, low end"),
+    SET("time_step_max", A_FLOAT, time_step_max, "Mamba: dt's init range, high end"),
+    SET("time_step_floor", A_FLOAT, time_step_floor, "Mamba: dt's init floor"),
+    SET("time_step_scale", A_FLOAT, time_step_scale, "Mamba: dt_proj.weight's init scale"),
+    SET("time_step_init_scheme", A_STR, time_step_init_scheme,
+        "Mamba: dt_proj.weight's init, random or constant"),
+    SET("tie_word_embeddings", A_INT, tie_word_embeddings, "1: lm_head is the embedding"),
     SET("grad_acc_steps", A_INT, gradient_accumulation_steps, "gradient accumulation steps"),
     SET("mbs", A_INT, micro_batch_size, "micro-batch size, in sequences"),
     SET("seq_len", A_INT, seq_length, "sequence length, in tokens"),
@@ -274,6 +290,7 @@ int main(int argc, char **argv) {
     }
     if (cfg.num_experts > 0 && cfg.moe_intermediate_size == 0) // Mixtral's experts
         cfg.moe_intermediate_size = cfg.intermediate_size;
+    if (config_is_mamba(&cfg)) cfg.intermediate_size = cfg.expand * cfg.hidden_size; // d_inner
     for (int i = 0; i < NUM_FLAGS; i++)
         if (flags[i].value && flags[i].type >= A_NOTE) printf("note: %s\n", flags[i].help);
     config_validate(&cfg);

@@ -367,8 +367,9 @@ int main(int argc, char **argv) {
     Config cfg;
     config_defaults(&cfg);
     checkpoint_read_config(&cfg, folder, "generate: --checkpoint");
-    // decode_step is the dense MLP's: a mixture of experts runs the training forward each token
-    if (cfg.num_experts > 0) args.kv_cache = 0;
+    // decode_step is the dense Llama's: a mixture of experts and a Mamba (whose recurrent state
+    // is not kept yet) run the training forward each token
+    if (cfg.num_experts > 0 || config_is_mamba(&cfg)) args.kv_cache = 0;
 
     // --tokenizer, else the checkpoint's own copy (checkpoint_tokenizer.h), else bytes
     Tokenizer *tok = checkpoint_tokenizer_load(folder, args.tokenizer);

@@ -22,6 +22,10 @@ void model_layout_params(Model *model, ModelWeights *w, float *base) {
     char n[96];
     model->num_tensors = 0;
     model->num_params = 0;
+    if (config_is_mamba(c)) { // model_mamba.c: a Mamba's tensors instead
+        mamba_layout_params(model, w, base);
+        return;
+    }
     if (model->stage.has_embedding || (model->stage.has_head && c->tie_word_embeddings))
         w->embed_tokens = model_add_param(model, base, "model.embed_tokens.weight", vocab, hidden,
                                           VOCAB_PARALLEL, NORMAL);
@@ -86,39 +90,25 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
     model_layout_params(model, &model->w, model->params);
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
-        init_tensor(model->params + p->offset, (uint64_t)cfg->seed, hash_string(p->name),
-                    p->init_kind, p->init_bound, p->rows, p->cols, p->row0, p->col0,
-                    p->global_cols);
+        if (p->init_kind > CONSTANT)
+            mamba_init_tensor(model, p); // a Mamba's own kinds
+        else
+            init_tensor(model->params + p->offset, (uint64_t)cfg->seed, hash_string(p->name),
+                        p->init_kind, p->init_bound, p->rows, p->cols, p->row0, p->col0,
+                        p->global_cols);
     }
-
     model_rope_tables(model, shard->positions);
     if (cfg->num_experts > 0) moe_alloc_buffers(model); // first: the layers' sizes need it
+    if (config_is_mamba(cfg)) mamba_alloc_buffers(model);
     model_alloc_buffers(model, num_slots);
 }
 
 void model_free(Model *model) {
     if (model->cfg.num_experts > 0) moe_free_buffers(model);
+    if (config_is_mamba(&model->cfg)) mamba_free_buffers(model);
     model_free_buffers(model);
     free(model->table);
     model->table = NULL;
-}
-
-// the full model: one stage of every layer, on a grid of one
-ParamInfo *model_full_table(const Config *cfg, int *n) {
-    ProcessGroupManager one = {.tp = {.rank = 0, .size = 1}};
-    Model *whole = xmalloc(sizeof(Model)); // zeroed
-    whole->cfg = *cfg, whole->pgm = &one, whole->L = cfg->num_hidden_layers;
-    whole->D = cfg->hidden_size / cfg->num_attention_heads;
-    whole->stage =
-        (PipelineStage){.num_layers = whole->L, .has_embedding = 1, .has_head = 1, .num_chunks = 1};
-    whole->w.layers = xmalloc(whole->L * sizeof(LayerWeights));
-    model_layout_params(whole, &whole->w, NULL);
-    ParamInfo *table = whole->table;
-    *n = whole->num_tensors;
-    for (int l = 0; l < whole->L; l++) free(whole->w.layers[l].mlp.moe.experts);
-    free(whole->w.layers);
-    free(whole);
-    return table;
 }
 
 // mid = x + o_proj(attention(rope(q, k), v)), q, k, v = projections of ln1 = rmsnorm(x)
@@ -205,6 +195,10 @@ static void layer_forward(Model *model, float *out, const Activations *a, int l)
     const LayerWeights *w = &model->w.layers[l];
     LayerActivations *s = &a->layers[l];
     const float *x = model_layer_input(model, a, l);
+    if (config_is_mamba(&model->cfg)) { // model_mamba.c: a Mamba block instead
+        mamba_layer_forward(model, out, a, l);
+        return;
+    }
     attention_forward(model, s->mid, &s->self_attn, x, &w->self_attn);
     if (model->cfg.num_experts > 0)
         moe_mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
@@ -260,7 +254,7 @@ void model_chunk_backward(Model *model, float *input_grad, const float *output_g
         device_zero(dresid, NsC * sizeof(float));
         // forward: logits = lnf @ lm_head^T (column-parallel over the vocabulary)
         ColumnParallelGrad head = {dw->lm_head, w->lm_head, a->dlogits, V};
-        float *dlnf = model->d.mlp.ln2; // (N, C), free until the last layer's backward
+        float *dlnf = model->d.self_attn.ln1; // (N, C), free until the last layer's backward
         const float *own =
             column_parallel_linear_backward(&model->tp, dlnf, &head, 1, a->lnf, N, C);
         // forward: lnf = rmsnorm(resid[L]), on this rank's rows
@@ -280,14 +274,20 @@ void model_chunk_backward(Model *model, float *input_grad, const float *output_g
         // full recomputation (model_memory.c): the forward kept only resid[l], so run the layer
         // again to refill what its backward reads; its output, already in resid[l+1], is dropped
         if (model->cfg.recompute) layer_forward(model, model->recompute_output, a, l);
-        if (model->cfg.num_experts > 0)
-            moe_mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp, l);
-        else
-            mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
-        attention_backward(model, dresid, &dwl->self_attn, &s->self_attn,
-                           model_layer_input(model, a, l), &wl->self_attn);
+        const float *first = dwl->self_attn.input_layernorm, *end;
+        if (config_is_mamba(&model->cfg)) { // model_mamba.c: a Mamba block instead
+            first = dwl->norm, end = mamba_layer_backward(model, dresid, a, l);
+        } else {
+            if (model->cfg.num_experts > 0)
+                moe_mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp, l);
+            else
+                mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
+            attention_backward(model, dresid, &dwl->self_attn, &s->self_attn,
+                               model_layer_input(model, a, l), &wl->self_attn);
+            end = mlp_grads_end(model, &dwl->mlp);
+        }
         trace_end(EV_LAYER_BACKWARD, -1, stage_global_layer(&model->stage, l), start);
-        grads_ready(model, dwl->self_attn.input_layernorm, mlp_grads_end(model, &dwl->mlp));
+        grads_ready(model, first, end);
     }
     if (model->stage.has_embedding && chunk == 0) {
         // forward: resid[0] = embedding(tokens)

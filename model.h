@@ -11,11 +11,13 @@
 #include <stddef.h>
 #include "config.h"
 #include "context_parallel.h"
+#include "mamba.h"
 #include "moe.h"
 #include "process_group_manager.h"
 #include "tensor_parallel.h"
 
-enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
+// init kinds: init_tensor's three, then a Mamba's two that model_mamba.c computes on the host
+enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2, MAMBA_A_LOG = 3, MAMBA_DT_BIAS = 4 };
 
 // One tensor of the flat parameter buffer, named as Hugging Face Llama names it. This rank holds
 // the block [row0, row0+rows) x [col0, col0+cols) of the full (global_rows, global_cols) tensor.
@@ -27,6 +29,7 @@ typedef struct {
     float init_bound;
     int replicated_tp; // the same on every tp rank (norms): counted once in norms
     int expert;        // an expert's tensor: one ep rank holds it (expert_parallel.c)
+    int conv_shape;    // saved as (rows, 1, cols), torch's depthwise Conv1d weight (a Mamba's)
 } ParamInfo;
 
 // The part of the network one pipeline stage runs (pipeline_parallel.c decides it): num_chunks
@@ -66,6 +69,9 @@ typedef struct {
 typedef struct {
     AttentionWeights self_attn;
     MlpWeights mlp;
+    // model.model_type "mamba" (model_mamba.c): the layer is norm and mixer instead
+    float *norm; // (C) backbone.layers.N.norm.weight
+    MambaWeights mixer;
 } LayerWeights;
 
 // this stage's tensors, as pointers into one flat buffer (the parameters, or their gradients)
@@ -91,6 +97,7 @@ typedef struct {
     AttentionActivations self_attn;
     float *mid; // (Ns, C): the residual stream between attention and MLP
     MlpActivations mlp;
+    MambaActivations mixer; // a Mamba's (its norm's output and rstd are self_attn's ln1, rstd1)
 } LayerActivations;
 
 // one micro-batch in flight (one slot each)
@@ -150,6 +157,9 @@ typedef struct Model {
     ExpertParallel ep; // which experts this rank holds, and the all-to-alls' bytes and time
     MoeGrads moe_grads;
     MoeStats moe_stats;
+    // a Mamba (cfg.model_type "mamba"): one layer's sizes, and the backward's buffers
+    MambaSizes mamba;
+    MambaGrads mamba_grads;
     // data parallelism's backward hook (picotron's register_backward_hook): called as the
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
@@ -241,3 +251,16 @@ void moe_free_buffers(Model *model);
 float moe_step_aux_loss(Model *model);
 // the load per expert over the run, and the pairs dropped (nothing for a dense model)
 void moe_report(const Model *model);
+
+// model_mamba.c: a Mamba (cfg.model_type "mamba", transformers' MambaForCausalLM) in place of the
+// Llama. This stage's parameter table and w's pointers into base, as model_layout_params
+void mamba_layout_params(Model *model, ModelWeights *w, float *base);
+// p's initial values (kinds MAMBA_A_LOG, MAMBA_DT_BIAS), into params + p->offset
+void mamba_init_tensor(Model *model, const ParamInfo *p);
+// out (Ns, C) = x + mixer(rmsnorm(x)), x the input of slot a's local layer l
+void mamba_layer_forward(Model *model, float *out, const Activations *a, int l);
+// dresid holds d(out) on entry and d(x) on return; returns the end of the layer's gradients
+const float *mamba_layer_backward(Model *model, float *dresid, const Activations *a, int l);
+// the layer's sizes and backward buffers (before model_alloc_buffers), and their release
+void mamba_alloc_buffers(Model *model);
+void mamba_free_buffers(Model *model);

@@ -34,7 +34,8 @@ typedef struct {
 
 // floats one layer saves, `rows` of each residual-stream tensor; with `base`, also points s's
 // fields at consecutive ranges of it. A mixture of experts replaces gate, up and act by its own
-// saved tensors (moe.c lays them out; with_experts 0 leaves them out: the backward's gradients)
+// saved tensors (moe.c lays them out), a Mamba's layer its mixer's (mamba.c); with_experts 0
+// leaves those out: the backward's gradients
 static size_t layer_activations_layout(LayerActivations *s, float *base, const Model *m,
                                        size_t rows, int with_experts) {
     int experts = m->cfg.num_experts > 0;
@@ -48,11 +49,20 @@ static size_t layer_activations_layout(LayerActivations *s, float *base, const M
         ROW(mlp.ln2, C, 1),        ROW(mlp.rstd2, 1, 1),        ROW(mlp.gate, I, 0),
         ROW(mlp.up, I, 0), // up right after gate: zeroed with it
         ROW(mlp.act, I, 0)};
+    // a Mamba's layer: its norm's output and rstd, then the mixer's tensors (model_mamba.c)
+    const SavedTensor mamba_table[] = {ROW(self_attn.ln1, C, 1), ROW(self_attn.rstd1, 1, 1)};
 #undef ROW
+    int mamba = config_is_mamba(&m->cfg);
+    const SavedTensor *rows_of = mamba ? mamba_table : table;
+    size_t count = mamba ? 2 : sizeof table / sizeof table[0];
     size_t N = (size_t)m->B * m->T, used = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (base) *(float **)((char *)s + table[i].field) = base + used;
-        used += (table[i].residual ? rows : N) * table[i].width;
+    for (size_t i = 0; i < count; i++) {
+        if (base) *(float **)((char *)s + rows_of[i].field) = base + used;
+        used += (rows_of[i].residual ? rows : N) * rows_of[i].width;
+    }
+    if (mamba && with_experts) {
+        if (base) mamba_activations_place(&s->mixer, base + used, &m->mamba);
+        used += mamba_activations_bytes(&m->mamba) / sizeof(float); // whole 256-byte pieces
     }
     if (experts && with_experts) {
         if (base) moe_activations_place(&s->mlp.moe, base + used, &m->moe);

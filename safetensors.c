@@ -40,11 +40,12 @@ void safetensors_create(const char *path, const SafetensorsEntry *entries, int n
     for (int i = 0; i < n; i++) {
         const SafetensorsEntry *e = &entries[i];
         size_t bytes = (size_t)e->rows * e->cols * sizeof(float);
-        double shape[2] = {e->rows, e->cols},
-               offsets[2] = {(double)offset, (double)(offset + bytes)};
+        double shape[3] = {e->rows, 1, e->cols}, // the last ndim of them
+            offsets[2] = {(double)offset, (double)(offset + bytes)};
+        if (e->ndim < 3) shape[1] = e->rows;
         cJSON *t = cJSON_AddObjectToObject(root, e->name);
         cJSON_AddStringToObject(t, "dtype", "F32");
-        cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape + 2 - e->ndim, e->ndim));
+        cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape + 3 - e->ndim, e->ndim));
         cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offsets, 2));
         offset += bytes;
     }
@@ -95,6 +96,7 @@ static void parse_tensor(SafetensorsTensor *t, const cJSON *item, size_t data_st
         double x = cJSON_GetArrayItem(shape, d)->valuedouble;
         count *= x;
         if (t->ndim <= 2) dims[d + 2 - t->ndim] = x;
+        if (t->ndim == 3) dims[d == 2] *= x; // (a, b, c) as (a*b, c): a Conv1d's (I, 1, W)
     }
     t->rows = (long)dims[0];
     t->cols = (long)dims[1];

@@ -10,8 +10,8 @@ typedef struct {
     char *name;          // as long as the file's header has it
     char dtype[8];       // "F32", "BF16" or "F16": the three a Llama checkpoint comes in
     int element_size;    // bytes
-    int ndim;            // 1 or 2
-    long rows, cols;     // a 1-D tensor is one row
+    int ndim;            // 1, 2 or 3
+    long rows, cols;     // a 1-D tensor is one row; a 3-D one (a, b, c) is (a*b, c)
     size_t begin, bytes; // in the file: the first byte, and how many
 } SafetensorsTensor;
 
@@ -25,7 +25,7 @@ typedef struct {
 // One entry of the file a checkpoint writes: a tensor of the full model, fp32
 typedef struct {
     char name[128];
-    int rows, cols, ndim;
+    int rows, cols, ndim; // ndim 3: (rows, 1, cols), a depthwise Conv1d's weight
 } SafetensorsEntry;
 
 // Writes the header of a file holding these fp32 tensors in this order and sizes the file (rank

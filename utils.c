@@ -165,6 +165,13 @@ int edit_distance(const char *a, const char *b) {
 // picotron's MFU: 6 FLOPs per parameter per token (forward and backward) plus attention's
 // 12*L*H*D*S; train.c divides by the peak of the device this rank runs on
 double flops_per_token(const Config *c) {
+    if (config_is_mamba(c)) { // 6 per parameter a token passes; the scan's few per state left out
+        double C = c->hidden_size, I = c->expand * C, S = c->state_size;
+        double R = config_time_step_rank(c), W = c->conv_kernel;
+        double layer = C + 2 * I * C + I * W + I + (R + 2 * S) * I + I * R + I + I * S + I + C * I;
+        return 6 * (c->num_hidden_layers * layer + C +
+                    (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2));
+    }
     double C = c->hidden_size, D = C / c->num_attention_heads, I = c->intermediate_size;
     double HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
     double layer = 2 * C + 2 * C * HD + 2 * C * KVD + 3 * C * I;

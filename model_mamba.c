@@ -1,0 +1,143 @@
+// The Mamba in the trainer (model.model_type "mamba"): transformers' MambaForCausalLM, whose layer
+// is h = h + mixer(rmsnorm(h)) (MambaBlock) with mamba.c's mixer in place of attention and MLP.
+// The embedding, the final norm (backbone.norm_f, eps layer_norm_epsilon), the head and the loss
+// are the Llama's (model.c), so the pipeline, data parallelism, ZeRO-1, checkpoints and the DoReMi
+// loss hook see one more kind of layer and nothing else.
+//
+// Tensors, named as transformers saves a Mamba, so that a checkpoint is a MambaForCausalLM folder
+// and init_from reads one with no renaming: backbone.embeddings.weight, per layer
+// backbone.layers.N.norm.weight and backbone.layers.N.mixer.{in_proj.weight, conv1d.weight
+// (saved (I, 1, W) as torch's Conv1d), conv1d.bias, x_proj.weight, dt_proj.weight, dt_proj.bias,
+// A_log, D, out_proj.weight}, backbone.norm_f.weight, and lm_head.weight when untied.
+//
+// Init, as transformers' MambaPreTrainedModel._init_weights, each element a pure function of
+// (seed, name, index) as the Llama's so every layout starts from the same bits: A_log = log(1..S)
+// in every channel (S4D-real), D = 1, dt_proj.weight uniform(+-R^-0.5 * time_step_scale) (or
+// that constant), dt_proj.bias the inverse softplus of a dt drawn log-uniform in [time_step_min,
+// time_step_max] (floored at time_step_floor), so that softplus(dt_proj.bias) starts in that
+// range; conv1d.weight uniform(+-1/sqrt(W)) (kaiming_uniform with a = sqrt(5)), its bias 0. The
+// linears and the embedding start as the Llama's (uniform(+-1/sqrt(fan_in)), N(0, 1)), where
+// transformers would draw N(0, initializer_range).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "backend/init_value.h"
+#include "model.h"
+#include "utils.h"
+
+void mamba_layout_params(Model *model, ModelWeights *w, float *base) {
+    const Config *c = &model->cfg;
+    int C = c->hidden_size, V = c->vocab_size, I = c->expand * C, S = c->state_size;
+    int R = config_time_step_rank(c), W = c->conv_kernel;
+    float dt_std = 1.0f / sqrtf((float)R) * c->time_step_scale;
+    int dt_kind = strcmp(c->time_step_init_scheme, "constant") == 0 ? CONSTANT : UNIFORM;
+    // the mixer's tensors in mamba_tensor_names' order: shape, split over tp, init kind and
+    // bound (-1: model_add_param's)
+    const struct {
+        int rows, cols;
+        TensorParallelSplit split;
+        int kind;
+        float bound;
+    } shapes[MAMBA_TENSORS] = {
+        {2 * I, C, COLUMN_PARALLEL, UNIFORM, -1}, {I, W, COLUMN_PARALLEL, UNIFORM, -1},
+        {1, I, ROW_PARALLEL, CONSTANT, 0.0f},     {R + 2 * S, I, ROW_PARALLEL, UNIFORM, -1},
+        {I, R, COLUMN_PARALLEL, dt_kind, dt_std}, {1, I, ROW_PARALLEL, MAMBA_DT_BIAS, -1},
+        {I, S, COLUMN_PARALLEL, MAMBA_A_LOG, -1}, {1, I, ROW_PARALLEL, CONSTANT, 1.0f},
+        {C, I, ROW_PARALLEL, UNIFORM, -1}};
+    char n[128];
+    if (model->stage.has_embedding || (model->stage.has_head && c->tie_word_embeddings))
+        w->embed_tokens = model_add_param(model, base, "backbone.embeddings.weight", V, C,
+                                          VOCAB_PARALLEL, NORMAL);
+    for (int l = 0; l < model->L; l++) {
+        LayerWeights *lw = &w->layers[l];
+        int layer = stage_global_layer(&model->stage, l);
+        snprintf(n, sizeof n, "backbone.layers.%d.norm.weight", layer);
+        lw->norm = model_add_param(model, base, n, 1, C, REPLICATED, CONSTANT);
+        float *t[MAMBA_TENSORS];
+        for (int i = 0; i < MAMBA_TENSORS; i++) {
+            t[i] = NULL;
+            if (i == 2 && !c->use_conv_bias) continue; // conv1d.bias
+            snprintf(n, sizeof n, "backbone.layers.%d.mixer.%s", layer, mamba_tensor_names[i]);
+            t[i] = model_add_param(model, base, n, shapes[i].rows, shapes[i].cols, shapes[i].split,
+                                   shapes[i].kind);
+            ParamInfo *p = &model->table[model->num_tensors - 1];
+            if (shapes[i].bound >= 0) p->init_bound = shapes[i].bound;
+            p->conv_shape = i == 1;
+        }
+        lw->mixer = mamba_weights_point(t);
+    }
+    if (!model->stage.has_head) return;
+    w->norm = model_add_param(model, base, "backbone.norm_f.weight", 1, C, REPLICATED, CONSTANT);
+    w->lm_head = c->tie_word_embeddings ? w->embed_tokens
+                                        : model_add_param(model, base, "lm_head.weight", V, C,
+                                                          VOCAB_PARALLEL, UNIFORM);
+}
+
+// element (r, c) of p's block, at global column col0 + c (A_log and dt_proj.bias depend on the
+// channel or the state alone, so the block's rows do not enter)
+void mamba_init_tensor(Model *model, const ParamInfo *p) {
+    const Config *c = &model->cfg;
+    uint64_t key = mix64(mix64((uint64_t)c->seed) ^ hash_string(p->name)); // init_tensor's stream
+    size_t n = (size_t)p->rows * p->cols;
+    float *host = xmalloc(n * sizeof(float));
+    double lo = log(c->time_step_min), hi = log(c->time_step_max);
+    for (int r = 0; r < p->rows; r++)
+        for (int k = 0; k < p->cols; k++) {
+            int col = p->col0 + k;
+            double value;
+            if (p->init_kind == MAMBA_A_LOG) { // A = -(1..S): log(s + 1) for state s
+                value = log((double)(col + 1));
+            } else { // dt log-uniform, floored; softplus^-1(dt) = dt + log(1 - exp(-dt))
+                double dt = exp(uniform01(key, 2 * (uint64_t)col) * (hi - lo) + lo);
+                dt = fmax(dt, c->time_step_floor);
+                value = dt + log(-expm1(-dt));
+            }
+            host[(size_t)r * p->cols + k] = (float)value;
+        }
+    host_to_device(model->params + p->offset, host, n * sizeof(float));
+    free(host);
+}
+
+void mamba_layer_forward(Model *model, float *out, const Activations *a, int l) {
+    const LayerWeights *w = &model->w.layers[l];
+    LayerActivations *s = &a->layers[l];
+    const float *x = model_layer_input(model, a, l);
+    size_t NC = (size_t)model->Ns * model->C;
+    // ln = rmsnorm(x), eps layer_norm_epsilon (model->cfg.rms_norm_eps holds it)
+    rmsnorm_forward(s->self_attn.ln1, s->self_attn.rstd1, x, w->norm, model->Ns, model->C,
+                    model->cfg.rms_norm_eps);
+    // out = x + mixer(ln)
+    mamba_forward(out, &s->mixer, s->self_attn.ln1, &w->mixer, &model->mamba);
+    add_inplace(out, x, NC);
+}
+
+const float *mamba_layer_backward(Model *model, float *dresid, const Activations *a, int l) {
+    const LayerWeights *w = &model->w.layers[l], *dw = &model->dw.layers[l];
+    const LayerActivations *s = &a->layers[l];
+    int N = model->Ns, C = model->C;
+    float *dln = model->d.self_attn.ln1; // (N, C)
+    // forward: out = x + mixer(ln): dresid passes through the residual, the mixer adds into dln
+    device_zero(dln, (size_t)N * C * sizeof(float));
+    mamba_backward(dln, &dw->mixer, &model->mamba_grads, dresid, &s->mixer, s->self_attn.ln1,
+                   &w->mixer, &model->mamba);
+    // forward: ln = rmsnorm(x)
+    rmsnorm_backward(dresid, dw->norm, dln, model_layer_input(model, a, l), w->norm,
+                     s->self_attn.rstd1, N, C);
+    return dw->mixer.out_proj + (size_t)C * model->mamba.I; // out_proj is the layer's last
+}
+
+void mamba_alloc_buffers(Model *model) {
+    Config *c = &model->cfg;
+    int I = c->expand * c->hidden_size / model->pgm->tp.size;
+    model->mamba = mamba_sizes(model->B, model->T, model->C, I, c->state_size,
+                               config_time_step_rank(c), c->conv_kernel);
+    mamba_grads_alloc(&model->mamba_grads, &model->mamba);
+    model->extension_bytes += mamba_grads_bytes(&model->mamba);
+    // the Llama's final norm (model.c) is norm_f here: MambaRMSNorm's eps is layer_norm_epsilon
+    c->rms_norm_eps = c->layer_norm_epsilon;
+}
+
+void mamba_free_buffers(Model *model) {
+    mamba_grads_free(&model->mamba_grads);
+}
