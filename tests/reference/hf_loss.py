@@ -5,7 +5,7 @@
         --micro_batch_size 2 --gradient_accumulation_steps 4 --dp_size 1 --step 1
 
 MODEL_DIR is a folder from_pretrained reads (config.json and model.safetensors, or a sharded
-index): a Llama, or a Mixtral (the class its config.json's architectures names). The script feeds
+index): a Llama, a Mixtral or a Mamba (the class its config.json's architectures names). The script feeds
 the model the very samples the C loader (data.c) gives step K, before that step's update, and
 prints `loss <value>` to 9 significant digits: the mean over dp ranks and micro-batches of each
 micro-batch's mean token loss, the number train.c writes to the metrics file. For a Mixtral it
@@ -119,9 +119,13 @@ def load_model(model_dir):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    # a Llama or a Mixtral, as config.json says; a Mixtral's experts one by one (eager), in fp32
-    kwargs = dict(dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
-    if AutoConfig.from_pretrained(model_dir).model_type == "mixtral":
+    # a Llama, a Mixtral or a Mamba, as config.json says; a Mixtral's experts one by one (eager),
+    # a Mamba through its slow path (no mamba-ssm kernels), in fp32
+    kwargs = dict(dtype=torch.float32, output_loading_info=True)
+    model_type = AutoConfig.from_pretrained(model_dir).model_type
+    if model_type != "mamba":
+        kwargs["attn_implementation"] = "eager"
+    if model_type == "mixtral":
         kwargs["experts_implementation"] = "eager"
     model, info = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
     # transformers initialises a missing tensor at random and goes on: here that is an error

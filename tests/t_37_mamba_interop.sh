@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# A Mamba checkpoint is transformers' MambaForCausalLM, both ways:
+#  1. transformers' own folder (tests/fixtures/hf_mamba_tiny, made by
+#     tests/reference/make_mamba_hf_fixture.py: 2 layers, tied, save_pretrained's names), loaded by
+#     checkpoint.init_from under 1 rank, dp2 and pp2: the first loss equals transformers' loss on
+#     the same batch (expected_loss.json, its slow path) within TOL relative;
+#  2. what dp2 and pp2 saved after one step at learning rate 1e-30 (too small to move an fp32
+#     weight), read by tests/reference/safetensors_read.py: every checksum agrees with state.json,
+#     and the weights equal transformers' file bit for bit (conv1d.weight saved (I, 1, W));
+#  3. a run from the fixture saved under dp2, resumed under pp2 (checkpoints hold full tensors),
+#     continues with the loss of the run that never stopped;
+#  4. with PyTorch (TORCH_PYTHON, default python3): transformers loads step 1's folder with no
+#     missing or unexpected keys (hf_loss.py refuses any), and its loss on step 2's batch equals
+#     the C run's;
+#  5. what a Mamba does not run yet is refused in one line naming the key.
+cd "$(dirname "$0")/.." || exit 1
+TOL=1e-6
+fixture=tests/fixtures/hf_mamba_tiny
+dir=$(mktemp -d /tmp/picotron-mamba-interop.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+reader=tests/reference/safetensors_read.py
+. tests/check_lib.sh
+# configure NAME pp dp grad_acc steps learning_rate FLAGS...: ./create_config writes
+# $dir/NAME/config.json (checkpoints in $dir/NAME/<step>), micro-batches of 2 sequences of 32
+configure() {
+    ./create_config --out_dir "$dir" --exp_name "$1" --pp "$2" --dp "$3" --grad_acc_steps "$4" \
+        --total_train_steps "$5" --learning_rate "$6" --mbs 2 --seq_len 32 \
+        --dataset data/pride_and_prejudice.txt --save_frequency 1 --metrics_file "$dir/$1.jsonl" \
+        --use_cpu "${@:7}" >"$dir/$1.create.log" 2>&1 || cat "$dir/$1.create.log"
+}
+train() { timeout 120 mpirun -np "$1" ./train --config "$dir/$2/config.json" >"$dir/$2.log" 2>&1; }
+loss_at() { sed -n "s/.*\"step\": $2, .*\"loss\": \([-0-9.e+]*\).*/\1/p" "$dir/$1.jsonl"; }
+rel() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; printf "%.2e", (d < 0 ? -d : d) / b }'; }
+close() { [ -n "$1" ] && [ -n "$2" ] && awk -v r="$(rel "$1" "$2")" -v tol="$TOL" 'BEGIN { exit !(r <= tol) }'; }
+
+# 1. transformers' Mamba in three layouts
+want=$(sed -n 's/.*"loss": \([-0-9.e+]*\).*/\1/p' $fixture/expected_loss.json)
+for layout in "one_rank 1 1 1 4" "dp2 2 1 2 2" "pp2 2 2 1 4"; do
+    set -- $layout
+    configure "$1" "$3" "$4" "$5" 1 1e-30 --init_from $fixture
+    train "$2" "$1"
+    got=$(loss_at "$1" 1)
+    check "$1: first loss $got, transformers $want (rel diff $(rel "$got" "$want"))" \
+        close "$got" "$want"
+done
+check "create_config --init_from the fixture: $(grep '^note: model_type' "$dir/one_rank.create.log")" \
+    grep -q 'model_type "mamba": picotron.c builds a Mamba, 2 layers of 128 channels, 8 states each' \
+    "$dir/one_rank.create.log"
+
+# 2. what the dp and pp runs saved, read by the independent reader
+for run in dp2 pp2; do
+    saved=$dir/$run/1
+    check "$run checksums: $(python3 $reader verify "$saved" 2>&1 | tail -n 1)" python3 $reader verify "$saved"
+    check "$run weights equal transformers' file: $(python3 $reader compare $fixture/model.safetensors "$saved/model.safetensors" 0 2>&1 | tail -n 1)" \
+        python3 $reader compare $fixture/model.safetensors "$saved/model.safetensors" 0
+done
+check "config.json says MambaForCausalLM, model_type mamba" python3 -c "
+import json, sys; c = json.load(open('$dir/dp2/1/config.json'))
+sys.exit(not (c['architectures'] == ['MambaForCausalLM'] and c['model_type'] == 'mamba'))"
+
+# 3. saved under dp2, resumed under pp2
+configure trained 1 2 2 2 1e-2 --init_from $fixture
+train 2 trained
+configure resumed 2 1 4 2 1e-2 --model_config "$dir/trained/1" --load_path "$dir/trained/1"
+train 2 resumed
+got=$(loss_at resumed 2) want2=$(loss_at trained 2)
+check "resumed under pp2 from dp2's step 1: step 2 loss $got, the run that never stopped $want2 (rel diff $(rel "$got" "$want2"))" \
+    close "$got" "$want2"
+
+# 4. transformers opens step 1's folder
+python=${TORCH_PYTHON:-python3}
+if $python -c "import torch, transformers" 2>/dev/null; then
+    out=$($python tests/reference/hf_loss.py "$dir/trained/1" --dataset data/pride_and_prejudice.txt \
+        --seq_length 32 --micro_batch_size 2 --gradient_accumulation_steps 2 --dp_size 2 --step 2 2>&1)
+    hf=$(echo "$out" | sed -n 's/^loss //p')
+    [ -n "$hf" ] || echo "$out" | tail -n 3
+    got=$(loss_at trained 2)
+    check "transformers loads step 1's folder (no missing or unexpected keys): its loss on step 2's batch $hf, the C run's $got (rel diff $(rel "$got" "$hf"))" \
+        close "$got" "$hf"
+else
+    echo "skip transformers loading a checkpoint written here: no PyTorch in $python (set TORCH_PYTHON)"
+fi
+
+# 5. refusals, one line each
+for bad in "--use_bias 1:model.use_bias" "--tp 2:distributed.tp_size" "--cp 2:distributed.cp_size" \
+    "--recompute:training.recompute" "--time_step_init_scheme x:model.time_step_init_scheme"; do
+    ./create_config --out_dir "$dir" --exp_name bad --overwrite --model_type mamba ${bad%%:*} \
+        >"$dir/bad.log" 2>&1
+    rc=$?
+    check "--model_type mamba ${bad%%:*} refused (exit $rc): $(head -n 1 "$dir/bad.log")" \
+        test $rc -ne 0 -a "$(wc -l <"$dir/bad.log")" = 1 -a "$(grep -c "${bad#*:}" "$dir/bad.log")" = 1
+done
+exit $((failures > 0))
