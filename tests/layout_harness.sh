@@ -31,11 +31,14 @@ harness_failures=0
 #                                (num_experts_per_tok, moe_capacity_factor, router_aux_loss_coef,
 #                                moe_intermediate_size) ep (distributed.ep_size: experts split
 #                                over ep of the dp ranks, default 1)
+#                                mamba (true: model_type "mamba", a Mamba block per layer, state
+#                                8, conv 4, dt rank 8; false: the Llama)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
     local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe="" ep=1
+    local mamba=false
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -43,6 +46,9 @@ run_layout() {
     [ "$experts" -gt 0 ] && moe=", \"num_experts\": $experts, \"num_experts_per_tok\": $topk,
            \"moe_intermediate_size\": $moe_i, \"router_aux_loss_coef\": $aux,
            \"moe_capacity_factor\": $cap"
+    # a Mamba (model_mamba.c): MambaConfig's keys; the attention keys stay, unused
+    [ "$mamba" = true ] && moe="$moe, \"model_type\": \"mamba\", \"state_size\": 8,
+           \"conv_kernel\": 4, \"time_step_rank\": 8"
     cat >"$dir/config.json" <<JSON
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
