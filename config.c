@@ -560,8 +560,15 @@ static void config_validate_mamba(const Config *c) {
     CHECK(one_of(c->time_step_init_scheme, "random", "constant"),
           "model.time_step_init_scheme = \"%s\" must be \"random\" or \"constant\"",
           c->time_step_init_scheme);
-    const char *unsupported = c->tp_size > 1             ? "distributed.tp_size > 1"
-                              : c->cp_size > 1           ? "distributed.cp_size > 1"
+    CHECK(c->expand * c->hidden_size % c->tp_size == 0,
+          "distributed.tp_size = %d does not divide the Mamba's channels, model.expand * "
+          "model.hidden_size = %d (each tp rank holds d_inner / tp_size of them)",
+          c->tp_size, c->expand * c->hidden_size);
+    CHECK(c->vocab_size % c->tp_size == 0,
+          "model.vocab_size = %d is not divisible by distributed.tp_size = %d (each tp rank "
+          "holds vocab_size/tp_size rows; pad vocab_size to a multiple of %d)",
+          c->vocab_size, c->tp_size, c->tp_size);
+    const char *unsupported = c->cp_size > 1             ? "distributed.cp_size > 1"
                               : c->cp_zigzag             ? "distributed.cp_zigzag"
                               : c->sequence_parallel     ? "distributed.sequence_parallel"
                               : c->pp_virtual_stages > 1 ? "distributed.pp_virtual_stages > 1"
@@ -570,8 +577,8 @@ static void config_validate_mamba(const Config *c) {
                               : c->recompute             ? "training.recompute"
                                                          : NULL;
     CHECK(!unsupported,
-          "%s is not supported with model.model_type = \"mamba\" yet (dp, ZeRO-1 and pp are): "
-          "turn it off",
+          "%s is not supported with model.model_type = \"mamba\" yet (dp, ZeRO-1, pp and tp "
+          "are): turn it off",
           unsupported);
 }
 

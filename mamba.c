@@ -106,6 +106,16 @@ void mamba_grads_free(MambaGrads *g) {
     device_free(g->memory);
 }
 
+// out (N, OC) = u (N, I) @ W (OC, I)^T, a sum over the channels: over every tp rank's when they
+// are split (tensor_parallel.c's row-parallel linear, whose all-reduce completes it)
+static void channel_sum_forward(float *out, const float *u, const float *W, int OC,
+                                const MambaSizes *s) {
+    if (s->tp)
+        row_parallel_linear_forward(s->tp, out, u, W, s->N, s->I, OC);
+    else
+        matmul_forward(out, u, W, s->N, s->I, OC);
+}
+
 void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWeights *w,
                    const MambaSizes *s) {
     int B = s->B, T = s->T, N = s->N, C = s->C, I = s->I, S = s->S, R = s->R;
@@ -116,9 +126,9 @@ void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWei
     // conv: u = silu(conv1d(xi))
     causal_conv1d_forward(a->u, a->pre, a->xi, w->conv1d_weight, w->conv1d_bias, B, T, I, s->W);
     // x_proj: dt_low, B, C = u @ W_x[rows]^T
-    matmul_forward(a->dt_low, a->u, w->x_proj, N, I, R);
-    matmul_forward(a->Bm, a->u, W_B, N, I, S);
-    matmul_forward(a->Cm, a->u, W_C, N, I, S);
+    channel_sum_forward(a->dt_low, a->u, w->x_proj, R, s);
+    channel_sum_forward(a->Bm, a->u, W_B, S, s);
+    channel_sum_forward(a->Cm, a->u, W_C, S, s);
     // dt_proj: dt = dt_low @ W_dt^T (its bias and the softplus are the scan's first line)
     matmul_forward(a->dt, a->dt_low, w->dt_proj_weight, N, R, I);
     // scan: y = selective_scan(u, delta = softplus(dt + dt_bias), A = -exp(A_log), B, C, D)
@@ -127,7 +137,7 @@ void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWei
     // gate: gated = silu(z) * y
     swiglu_forward(a->gated, a->z, a->y, (size_t)N * I);
     // out_proj: out = gated @ W_out^T
-    matmul_forward(y, a->gated, w->out_proj, N, I, C);
+    channel_sum_forward(y, a->gated, w->out_proj, C, s);
 }
 
 void mamba_backward(float *dx, const MambaWeights *dw, MambaGrads *g, const float *dy,
@@ -147,6 +157,13 @@ void mamba_backward(float *dx, const MambaWeights *dw, MambaGrads *g, const floa
     // forward: dt = dt_low @ W_dt^T
     matmul_backward_write(g->ddt_low, dw->dt_proj_weight, g->ddt, a->dt_low, w->dt_proj_weight, N,
                           R, I);
+    // forward: dt_low, B, C summed over the tp ranks' channels: the gradients this rank's
+    // channels gave them (dt_proj's, the scan's) are partial, and sum first
+    if (s->tp) {
+        all_reduce(g->ddt_low, (size_t)N * R, REDUCE_SUM, s->tp->group);
+        all_reduce(g->dBm, (size_t)N * S, REDUCE_SUM, s->tp->group);
+        all_reduce(g->dCm, (size_t)N * S, REDUCE_SUM, s->tp->group);
+    }
     // forward: dt_low, B, C = u @ W_x[rows]^T: u's gradient gathers all three, after the scan's
     matmul_backward(g->du, dw->x_proj, g->ddt_low, a->u, w->x_proj, N, I, R);
     matmul_backward(g->du, dw->x_proj + xB, g->dBm, a->u, w->x_proj + xB, N, I, S);

@@ -7,10 +7,16 @@
 // lives on the device; this file only passes pointers.
 #pragma once
 #include <stddef.h>
+#include "tensor_parallel.h"
 
+// Tensor parallelism (tp set: model_mamba.c): I is this rank's share of the channels, and x_proj
+// and out_proj, which sum over the channels, are row-parallel: their outputs are all-reduced over
+// tp in the forward, and the gradients of x_proj's outputs before its backward. in_proj's input
+// gradient is a partial sum too: the caller sums it (dx +=, so the caller owns it).
 typedef struct {
     int B, T, C, I, S, R, W;
-    int N; // B * T tokens
+    int N;              // B * T tokens
+    TensorParallel *tp; // NULL: every channel on this rank
 } MambaSizes;
 
 MambaSizes mamba_sizes(int B, int T, int C, int I, int S, int R, int W);

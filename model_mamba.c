@@ -26,6 +26,25 @@
 #include "model.h"
 #include "utils.h"
 
+// in_proj (2I, C) is two linears stacked, x's rows then z's: under tp each rank holds its share
+// of each, two blocks of the one tensor, so two table rows of one name (checkpoints read, write
+// and checksum a tensor block by block); on one rank they are the one block
+static float *add_in_proj(Model *model, float *base, const char *name, int I, int C) {
+    const Group *tp = &model->pgm->tp;
+    if (tp->size == 1)
+        return model_add_param(model, base, name, 2 * I, C, COLUMN_PARALLEL, UNIFORM);
+    float *first = NULL;
+    for (int half = 0; half < 2; half++) {
+        size_t before = model->num_params;
+        float *p = model_add_param(model, base, name, 2 * I, C, COLUMN_PARALLEL, UNIFORM);
+        ParamInfo *info = &model->table[model->num_tensors - 1];
+        info->rows = I / tp->size, info->row0 = half * I + tp->rank * info->rows;
+        model->num_params = before + (size_t)info->rows * C;
+        if (half == 0) first = p;
+    }
+    return first;
+}
+
 void mamba_layout_params(Model *model, ModelWeights *w, float *base) {
     const Config *c = &model->cfg;
     int C = c->hidden_size, V = c->vocab_size, I = c->expand * C, S = c->state_size;
@@ -59,6 +78,10 @@ void mamba_layout_params(Model *model, ModelWeights *w, float *base) {
             t[i] = NULL;
             if (i == 2 && !c->use_conv_bias) continue; // conv1d.bias
             snprintf(n, sizeof n, "backbone.layers.%d.mixer.%s", layer, mamba_tensor_names[i]);
+            if (i == 0) { // in_proj
+                t[i] = add_in_proj(model, base, n, I, C);
+                continue;
+            }
             t[i] = model_add_param(model, base, n, shapes[i].rows, shapes[i].cols, shapes[i].split,
                                    shapes[i].kind);
             ParamInfo *p = &model->table[model->num_tensors - 1];
@@ -121,6 +144,8 @@ const float *mamba_layer_backward(Model *model, float *dresid, const Activations
     device_zero(dln, (size_t)N * C * sizeof(float));
     mamba_backward(dln, &dw->mixer, &model->mamba_grads, dresid, &s->mixer, s->self_attn.ln1,
                    &w->mixer, &model->mamba);
+    // forward: xi, z = in_proj(ln), column-parallel: this rank's channels' part of d ln sums
+    if (model->mamba.tp) all_reduce(dln, (size_t)N * C, REDUCE_SUM, model->tp.group);
     // forward: ln = rmsnorm(x)
     rmsnorm_backward(dresid, dw->norm, dln, model_layer_input(model, a, l), w->norm,
                      s->self_attn.rstd1, N, C);
@@ -132,6 +157,7 @@ void mamba_alloc_buffers(Model *model) {
     int I = c->expand * c->hidden_size / model->pgm->tp.size;
     model->mamba = mamba_sizes(model->B, model->T, model->C, I, c->state_size,
                                config_time_step_rank(c), c->conv_kernel);
+    if (model->pgm->tp.size > 1) model->mamba.tp = &model->tp; // the channels split over tp
     mamba_grads_alloc(&model->mamba_grads, &model->mamba);
     model->extension_bytes += mamba_grads_bytes(&model->mamba);
     // the Llama's final norm (model.c) is norm_f here: MambaRMSNorm's eps is layer_norm_epsilon

@@ -48,8 +48,11 @@ Shard tensor_parallel_shard(TensorParallelSplit split, int rows, int cols, const
 TensorParallelSizes tensor_parallel_sizes(const Config *c, const Group *tp) {
     // the heads split as q_proj's rows do, the features as gate_proj's, the vocabulary as the
     // embedding's
-    Shard heads = tensor_parallel_shard(COLUMN_PARALLEL, c->num_attention_heads, 1, tp);
-    Shard kv_heads = tensor_parallel_shard(COLUMN_PARALLEL, c->num_key_value_heads, 1, tp);
+    // (a Mamba, model_mamba.c, has no heads, and its intermediate_size is its channels)
+    int mamba = config_is_mamba(c);
+    Shard heads = tensor_parallel_shard(COLUMN_PARALLEL, mamba ? 0 : c->num_attention_heads, 1, tp);
+    Shard kv_heads =
+        tensor_parallel_shard(COLUMN_PARALLEL, mamba ? 0 : c->num_key_value_heads, 1, tp);
     Shard features = tensor_parallel_shard(COLUMN_PARALLEL, c->intermediate_size, 1, tp);
     Shard vocab = tensor_parallel_shard(VOCAB_PARALLEL, c->vocab_size, 1, tp);
     return (TensorParallelSizes){.H = heads.rows,
