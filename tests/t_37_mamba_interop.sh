@@ -10,8 +10,8 @@
 #  3. a run from the fixture saved under dp2, resumed under pp2 (checkpoints hold full tensors),
 #     continues with the loss of the run that never stopped;
 #  4. with PyTorch (TORCH_PYTHON, default python3): transformers loads step 1's folder with no
-#     missing or unexpected keys (hf_loss.py refuses any), and its loss on step 2's batch equals
-#     the C run's;
+#     missing or unexpected keys (hf_loss.py refuses any), its loss on step 2's batch equals
+#     the C run's, and its greedy decoding (MambaForCausalLM.generate) equals ./generate's;
 #  5. what a Mamba does not run yet is refused in one line naming the key.
 cd "$(dirname "$0")/.." || exit 1
 TOL=1e-6
@@ -77,12 +77,26 @@ if $python -c "import torch, transformers" 2>/dev/null; then
     got=$(loss_at trained 2)
     check "transformers loads step 1's folder (no missing or unexpected keys): its loss on step 2's batch $hf, the C run's $got (rel diff $(rel "$got" "$hf"))" \
         close "$got" "$hf"
+    # greedy decoding of the same folder: MambaForCausalLM.generate and ./generate (bytes)
+    prompt="It is a truth universally"
+    hf_ids=$($python -c "
+import sys, torch, transformers
+transformers.utils.logging.set_verbosity_error()
+m = transformers.AutoModelForCausalLM.from_pretrained('$dir/trained/1', dtype=torch.float32).eval()
+ids = torch.tensor([list(b'$prompt')])
+out = m.generate(ids, do_sample=False, max_new_tokens=16, pad_token_id=0)
+print(' '.join(str(t) for t in out[0, ids.shape[1]:].tolist()))" 2>/dev/null | tail -n 1)
+    c_ids=$(timeout 60 ./generate --checkpoint "$dir/trained/1" --prompt "$prompt" \
+        --max_new_tokens 16 --print_ids 2>/dev/null | grep -E '^[0-9 ]+$')
+    check "greedy decoding of step 1's folder: transformers' 16 ids '$hf_ids', ./generate's '$c_ids'" \
+        test -n "$hf_ids" -a "$hf_ids" = "$c_ids"
 else
     echo "skip transformers loading a checkpoint written here: no PyTorch in $python (set TORCH_PYTHON)"
 fi
 
 # 5. refusals, one line each
-for bad in "--use_bias 1:model.use_bias" "--tp 2:distributed.tp_size" "--cp 2:distributed.cp_size" \
+for bad in "--use_bias 1:model.use_bias" "--cp 2:distributed.cp_size" \
+    "--tp 2 --sequence_parallel:distributed.sequence_parallel" "--num_experts 4:model.num_experts" \
     "--recompute:training.recompute" "--time_step_init_scheme x:model.time_step_init_scheme"; do
     ./create_config --out_dir "$dir" --exp_name bad --overwrite --model_type mamba ${bad%%:*} \
         >"$dir/bad.log" 2>&1
