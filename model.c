@@ -87,7 +87,7 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
         init_tensor(model->params + p->offset, (uint64_t)cfg->seed, hash_string(p->name),
-                    p->init_kind, p->init_bound, p->rows, p->cols, p->row0, p->col0,
+                    p->init_kind, p->init_bound, param_rows_in_file(p), p->cols, p->row0, p->col0,
                     p->global_cols);
     }
 
@@ -233,6 +233,7 @@ float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale) {
                     model->cfg.rms_norm_eps);
     ColumnParallelOut head = {model->logits, model->w.lm_head, V};
     column_parallel_linear_forward(&model->tp, &head, 1, a->lnf, N, C);
+    vocab_padding_mask_logits(model->logits, N, V, model->vocab_start, model->cfg.vocab_size);
     // the loss's gradient is known now, so a slot keeps dlogits (written whole) instead of logits
     a->loss =
         vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,

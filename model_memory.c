@@ -226,6 +226,10 @@ float *model_add_param(Model *model, float *base, const char *name, int rows, in
         model->table = realloc(model->table, model->table_capacity * sizeof(ParamInfo));
         if (!model->table) FAIL("", "out of memory growing the parameter table");
     }
+    // the embedding and the head (rows: vocab_size) hold the padded vocabulary (vocab_padding.c);
+    // a checkpoint holds the rows given
+    int file_rows = rows;
+    if (split == VOCAB_PARALLEL) rows = vocab_size_with_padding(&model->cfg);
     Shard s = tensor_parallel_shard(split, rows, cols, &model->pgm->tp);
     ParamInfo *p = &model->table[model->num_tensors++];
     *p = (ParamInfo){.rows = s.rows,
@@ -234,6 +238,7 @@ float *model_add_param(Model *model, float *base, const char *name, int rows, in
                      .col0 = s.col0,
                      .global_rows = rows,
                      .global_cols = cols,
+                     .file_rows = file_rows,
                      .offset = model->num_params,
                      .init_kind = init_kind,
                      .replicated_tp = split == REPLICATED};

@@ -26,6 +26,7 @@
 #include "tensor_parallel.h"
 #include "backend/backend.h"
 #include "utils.h"
+#include "vocab_padding.h"
 
 // Whole heads go to each rank (a head never straddles two), so attention needs no communication
 // until o_proj; config_validate has checked that tp divides every split size.
@@ -47,11 +48,11 @@ Shard tensor_parallel_shard(TensorParallelSplit split, int rows, int cols, const
 
 TensorParallelSizes tensor_parallel_sizes(const Config *c, const Group *tp) {
     // the heads split as q_proj's rows do, the features as gate_proj's, the vocabulary as the
-    // embedding's
+    // embedding's (its rows padded, when model.make_vocab_size_divisible_by asks: vocab_padding.c)
     Shard heads = tensor_parallel_shard(COLUMN_PARALLEL, c->num_attention_heads, 1, tp);
     Shard kv_heads = tensor_parallel_shard(COLUMN_PARALLEL, c->num_key_value_heads, 1, tp);
     Shard features = tensor_parallel_shard(COLUMN_PARALLEL, c->intermediate_size, 1, tp);
-    Shard vocab = tensor_parallel_shard(VOCAB_PARALLEL, c->vocab_size, 1, tp);
+    Shard vocab = tensor_parallel_shard(VOCAB_PARALLEL, vocab_size_with_padding(c), 1, tp);
     return (TensorParallelSizes){.H = heads.rows,
                                  .KV = kv_heads.rows,
                                  .I = features.rows,

@@ -41,6 +41,8 @@ double device_peak_flops(int ranks_on_node);
 // ---------------------------------------------------------------------------------------------
 // elementwise (backend/*/elementwise.*)
 void fill(float *x, float value, size_t n);
+// x (N, V): columns [from, V) of every row = value (the vocabulary padding's logits)
+void fill_columns(float *x, float value, int N, int V, int from);
 void add_inplace(float *y, const float *x, size_t n);   // y += x
 void scale_inplace(float *x, float s, size_t n);        // x *= s
 void sum_squares(float *out, const float *x, size_t n); // out[0] += sum(x^2)
