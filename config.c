@@ -553,10 +553,10 @@ void config_validate(const Config *c) {
           "distributed.tp_size = %d does not divide model.intermediate_size = %d", tp,
           c->intermediate_size);
     CHECK(vocab_size_with_padding(c) % tp == 0,
-          "model.vocab_size = %d (%d rows with model.make_vocab_size_divisible_by = %d) is not "
-          "divisible by distributed.tp_size = %d (each tp rank holds rows/tp_size rows): set "
-          "model.make_vocab_size_divisible_by to a multiple of %d, e.g. %d, to pad it with rows "
-          "that never get probability",
+          "model.vocab_size = %d, padded to %d rows (model.make_vocab_size_divisible_by = %d), is "
+          "not divisible by distributed.tp_size = %d (each tp rank holds an equal share of the "
+          "rows): set model.make_vocab_size_divisible_by to a multiple of %d, e.g. %d (the padded "
+          "rows never get probability)",
           c->vocab_size, vocab_size_with_padding(c), c->make_vocab_size_divisible_by, tp, tp,
           128 % tp == 0 ? 128 : 128 * tp);
     if (c->cp_zigzag)
