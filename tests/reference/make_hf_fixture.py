@@ -34,10 +34,10 @@ BATCH = dict(dataset="data/pride_and_prejudice.txt", seq_length=32, micro_batch_
 SHARD_SIZE = "80KB"  # the bf16 weights are ~210 KB: several shards
 
 
-def make_model():
+def make_model(arch=ARCH):
     torch.manual_seed(SEED)
     # initializer_range 0.2 (not 0.02) so that gradients are far from zero and a wrong one shows
-    config = LlamaConfig(**ARCH, initializer_range=0.2, attention_bias=False, mlp_bias=False,
+    config = LlamaConfig(**arch, initializer_range=0.2, attention_bias=False, mlp_bias=False,
                          hidden_act="silu")
     model = LlamaForCausalLM(config).float()
     with torch.no_grad():
@@ -48,12 +48,12 @@ def make_model():
     return model
 
 
-def write_expected_loss(folder, tokens):
+def write_expected_loss(folder, tokens, batch=BATCH):
     model = hf_loss.load_model(folder)
-    loss, _ = hf_loss.step_loss(model, tokens, BATCH["step"], BATCH["seq_length"],
-                                BATCH["micro_batch_size"], BATCH["gradient_accumulation_steps"],
-                                BATCH["dp_size"])
-    record = dict(BATCH, loss=float("%.9g" % loss), transformers=transformers.__version__,
+    loss, _ = hf_loss.step_loss(model, tokens, batch["step"], batch["seq_length"],
+                                batch["micro_batch_size"], batch["gradient_accumulation_steps"],
+                                batch["dp_size"])
+    record = dict(batch, loss=float("%.9g" % loss), transformers=transformers.__version__,
                   torch=torch.__version__.split("+")[0])
     with open(os.path.join(folder, "expected_loss.json"), "w") as f:
         json.dump(record, f, indent=1)
