@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Vocabulary padding (model.make_vocab_size_divisible_by, vocab_padding.c) changes no number.
 #  1. A model with GPT-2's vocabulary, 50257 tokens (which no tp > 1 divides), padded to 50304 rows
-#     (a multiple of 128) trains under tp 2, tp 4, tied under tp2 x pp2, and padded on one rank,
-#     to the losses and final weights of one unpadded rank (tests/layout_harness.sh's tolerances),
-#     on GPT-2 ids (tests/fixtures/tokenizer/gpt2/hard_cases.tok). Its checkpoint is exactly a
-#     Hugging Face Llama of vocab_size 50257 (the independent reader, safetensors_read.py), and
-#     resumes, the padding rows made again, under tp 4 padded to 256 and on one unpadded rank.
+#     (a multiple of 128) trains under tp 2, tp 4, tied under tp2 x pp2, dp 2 with ZeRO-1 and
+#     padded on one rank, to the losses and final weights of one unpadded rank
+#     (tests/layout_harness.sh's tolerances), on GPT-2 ids (tests/fixtures/tokenizer/gpt2/
+#     hard_cases.tok). Its checkpoint is exactly a Hugging Face Llama of vocab_size 50257 (the
+#     independent reader, safetensors_read.py: names, shapes, checksums), and resumes, the padding
+#     rows made again, under tp 4 padded to 256 and on one unpadded rank (also from ZeRO-1's
+#     sharded moments).
 #  2. transformers' own checkpoint of such a model (tests/fixtures/hf_gpt2_vocab, written by
 #     tests/reference/make_vocab_pad_fixture.py) loads by checkpoint.init_from into a padded model
 #     under tp 2 and into an unpadded one on one rank: the first loss equals transformers' within
@@ -26,6 +28,7 @@ run_layout base $GPT2 || exit 1
 check_layout base one_rank_pad128 $GPT2 pad=128
 check_layout base tp2_pad128 $GPT2 tp=2 pad=128 save=5
 check_layout base tp4_pad128 $GPT2 tp=4 pad=128
+check_layout base dp2_zero1_pad128 $GPT2 dp=2 ga=1 zero1=true pad=128 save=5
 run_layout base_tied $GPT2 tied=true || exit 1
 check_layout base_tied tp2_pp2_tied_pad128 $GPT2 tp=2 pp=2 tied=true pad=128
 saved=$HARNESS_DIR/tp2_pad128/ckpt/5
@@ -34,8 +37,10 @@ check "the padded tp2 checkpoint is a Llama of vocab_size 50257: $(python3 $read
 rows=$(python3 $reader list "$saved/optimizer.safetensors" | grep -c 'embed_tokens.*\[50257, 32\]')
 check "its optimizer moments hold 50257 rows too ($rows of 2)" test "$rows" = 2
 check "config.json says vocab_size 50257" grep -q '"vocab_size":[[:space:]]*50257,' "$saved/config.json"
+check "checksums: $(python3 $reader verify "$saved" 2>&1 | tail -n 1)" python3 $reader verify "$saved"
 resume_layout base tp2_pad128 tp4_pad256_resumed $GPT2 tp=4 pad=256
 resume_layout base tp2_pad128 one_rank_resumed $GPT2
+resume_layout base dp2_zero1_pad128 one_rank_from_zero1 $GPT2
 
 # 2. transformers' checkpoint of a 50257-token vocabulary
 fixture=tests/fixtures/hf_gpt2_vocab
