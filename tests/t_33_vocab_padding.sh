@@ -7,7 +7,7 @@
 #     hard_cases.tok). Its checkpoint is exactly a Hugging Face Llama of vocab_size 50257 (the
 #     independent reader, safetensors_read.py: names, shapes, checksums), and resumes, the padding
 #     rows made again, under tp 4 padded to 256 and on one unpadded rank (also from ZeRO-1's
-#     sharded moments).
+#     sharded moments); ./generate samples real tokens from it.
 #  2. transformers' own checkpoint of such a model (tests/fixtures/hf_gpt2_vocab, written by
 #     tests/reference/make_vocab_pad_fixture.py) loads by checkpoint.init_from into a padded model
 #     under tp 2 and into an unpadded one on one rank: the first loss equals transformers' within
@@ -38,6 +38,10 @@ rows=$(python3 $reader list "$saved/optimizer.safetensors" | grep -c 'embed_toke
 check "its optimizer moments hold 50257 rows too ($rows of 2)" test "$rows" = 2
 check "config.json says vocab_size 50257" grep -q '"vocab_size":[[:space:]]*50257,' "$saved/config.json"
 check "checksums: $(python3 $reader verify "$saved" 2>&1 | tail -n 1)" python3 $reader verify "$saved"
+ids=$(./generate --checkpoint "$saved" --tokenizer data/gpt2 --prompt "It is a truth" \
+    --max_new_tokens 8 --temperature 1 --seed 3 --print_ids 2>/dev/null | head -n 1)
+check "./generate samples from it 8 ids, all real tokens (below 50257): $ids" \
+    awk -v ids="$ids" 'BEGIN { n = split(ids, a, " "); for (i = 1; i <= n; i++) if (a[i] >= 50257) exit 1; exit n != 8 }'
 resume_layout base tp2_pad128 tp4_pad256_resumed $GPT2 tp=4 pad=256
 resume_layout base tp2_pad128 one_rank_resumed $GPT2
 resume_layout base dp2_zero1_pad128 one_rank_from_zero1 $GPT2
