@@ -233,7 +233,6 @@ float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale) {
                     model->cfg.rms_norm_eps);
     ColumnParallelOut head = {model->logits, model->w.lm_head, V};
     column_parallel_linear_forward(&model->tp, &head, 1, a->lnf, N, C);
-    vocab_padding_mask_logits(model->logits, N, V, model->vocab_start, model->cfg.vocab_size);
     // the loss's gradient is known now, so a slot keeps dlogits (written whole) instead of logits
     a->loss =
         vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,

@@ -14,7 +14,6 @@
 #include "moe.h"
 #include "process_group_manager.h"
 #include "tensor_parallel.h"
-#include "vocab_padding.h"
 
 enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2 };
 

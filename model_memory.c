@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "model.h"
 #include "utils.h"
+#include "vocab_padding.h"
 
 // Every tensor a decoder layer saves for its backward: where its pointer lives in
 // LayerActivations, and its floats per token. This one table lays out each slot's layers and the
@@ -149,6 +150,7 @@ void model_alloc_buffers(Model *model, int num_slots) {
         lb->stats = device_malloc(2 * N * sizeof(float));
         lb->losses = device_malloc(N * sizeof(float));
         lb->loss_sum = device_malloc(sizeof(float));
+        lb->padded_columns = vocab_padding_columns(&model->cfg, model->vocab_start, model->V);
     }
     model->scalar = device_malloc(2 * sizeof(float));
 }

@@ -146,9 +146,11 @@ void vocab_parallel_embedding_backward(TensorParallel *tp, float *dwte, const fl
     embedding_backward(dwte, dout, tokens, N, C, vocab_start, V);
 }
 
-float vocab_parallel_cross_entropy(float *dlogits, const float *logits, const int *targets,
+float vocab_parallel_cross_entropy(float *dlogits, float *logits, const int *targets,
                                    float loss_scale, int N, int V, int vocab_start,
                                    VocabParallelLossBuffers *buf, Group *tp) {
+    // a padded vocabulary's extra columns out of the softmax (vocab_padding.c)
+    vocab_padding_mask_logits(logits, N, V, buf->padded_columns);
     // one read of the shard: its max, its sum of exp(logit - its max), the target's logit (held
     // by exactly one shard, 0 elsewhere)
     float *sumexp = buf->stats, *target_logit = buf->stats + N, *shard_maxes = buf->losses;

@@ -8,7 +8,10 @@
 // the rows the embedding and the head hold: vocab_size rounded up to the padding's multiple
 int vocab_size_with_padding(const Config *c);
 
-// Puts the padded columns of a vocab shard's logits (N, V) out of the softmax: columns j with
-// vocab_start + j >= vocab_size (the real vocabulary) are set to -FLT_MAX. Nothing to do (no
-// kernel runs) when this shard holds no padding.
-void vocab_padding_mask_logits(float *logits, int N, int V, int vocab_start, int vocab_size);
+// how many of the last columns of the vocab shard [vocab_start, vocab_start + V) are padding:
+// those at or past vocab_size, the real vocabulary's end
+int vocab_padding_columns(const Config *c, int vocab_start, int V);
+
+// Puts the padded columns of a vocab shard's logits (N, V), its last `padded`, out of the softmax:
+// they are set to -FLT_MAX. Nothing to do (no kernel runs) when padded is 0.
+void vocab_padding_mask_logits(float *logits, int N, int V, int padded);
