@@ -175,6 +175,10 @@ void checkpoint_read_config(Config *cfg, const char *folder, const char *who) {
 static void check_architecture(const Config *cfg, const char *folder, const char *who) {
     Config saved = *cfg;
     checkpoint_read_config(&saved, folder, who);
+    // a mixture of experts has no dense MLP: its config.json's intermediate_size is the experts'
+    // (Mixtral's), compared as moe_intermediate_size
+    if (cfg->num_experts > 0 && saved.num_experts > 0)
+        saved.intermediate_size = cfg->intermediate_size;
     const struct {
         const char *key;
         double saved, current;
@@ -202,10 +206,11 @@ static void check_architecture(const Config *cfg, const char *folder, const char
 // the architecture in 16 hex digits, kept in state.json beside config.json's keys
 static void architecture_fingerprint(char out[17], const Config *c) {
     char text[256];
-    snprintf(text, sizeof text, "llama %d %d %d %d %d %d %d %.9g %.9g", c->hidden_size,
-             c->intermediate_size, c->num_hidden_layers, c->num_attention_heads,
-             c->num_key_value_heads, c->vocab_size, c->tie_word_embeddings, c->rope_theta,
-             c->rms_norm_eps);
+    // a mixture of experts: the experts' size, as its config.json names intermediate_size
+    int mlp = c->num_experts > 0 ? c->moe_intermediate_size : c->intermediate_size;
+    snprintf(text, sizeof text, "llama %d %d %d %d %d %d %d %.9g %.9g", c->hidden_size, mlp,
+             c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->vocab_size,
+             c->tie_word_embeddings, c->rope_theta, c->rms_norm_eps);
     if (c->num_experts > 0) // a dense model's fingerprint stays what it was
         snprintf(text + strlen(text), sizeof text - strlen(text), " moe %d %d %d", c->num_experts,
                  c->num_experts_per_tok, c->moe_intermediate_size);

@@ -13,9 +13,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR, T_IGNORED };
-static const char *type_names[] = {"an integer",    "an integer", "a number", "a number",
-                                   "true or false", "a string",   "anything"};
+enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR, T_LIST, T_IGNORED };
+static const char *type_names[] = {"an integer", "an integer", "a number", "a number",
+                                   "true or false", "a string", "a list", "anything"};
 
 typedef struct {
     const char *section, *key;
@@ -90,6 +90,7 @@ static const Field fields[] = {
     KEY("training", "recompute", T_BOOL, recompute),
     KEY("dataset", "name", T_STR, dataset_name),
     KEY("dataset", "tokenizer", T_STR, tokenizer),
+    KEY("dataset", "domains", T_LIST, dataset_domains),
     IGNORED("dataset", "subset_name", "null"),
     IGNORED("dataset", "num_workers", "0"),
     IGNORED("dataset", "num_proc", "1"),
@@ -256,6 +257,11 @@ static void set_field(Config *cfg, const Field *f, const cJSON *item) {
     char *dst = (char *)cfg + f->offset;
     double x = 0;
     if (f->type == T_IGNORED || cJSON_IsNull(item)) return;
+    if (f->type == T_LIST) { // kept as JSON text: its reader checks the elements (doremi.c)
+        if (!cJSON_IsArray(item)) type_error(f, item);
+        *(char **)dst = cJSON_PrintUnformatted(item);
+        return;
+    }
     if (f->type == T_STR) {
         if (!cJSON_IsString(item)) type_error(f, item);
         if (strlen(item->valuestring) >= f->size)
@@ -634,6 +640,14 @@ static cJSON *number_json(double x, int is_float) {
     return cJSON_CreateRaw(text);
 }
 
+// a float as Python's json reads a float (0.0, not 0): transformers' MixtralConfig checks types
+static cJSON *python_float_json(double x) {
+    char text[32];
+    if (x != floor(x) || fabs(x) >= 1e15) return number_json(x, 1);
+    snprintf(text, sizeof text, "%.1f", x);
+    return cJSON_CreateRaw(text);
+}
+
 static cJSON *field_json(const Config *cfg, const Field *f) {
     const char *src = (const char *)cfg + f->offset;
     char text[32];
@@ -653,6 +667,8 @@ static cJSON *field_json(const Config *cfg, const Field *f) {
         return cJSON_CreateBool(*(const int *)src);
     case T_STR:
         return cJSON_CreateString(src);
+    case T_LIST:
+        return *(char *const *)src ? cJSON_Parse(*(char *const *)src) : cJSON_CreateNull();
     default:
         return cJSON_Parse(f->saved);
     }
@@ -709,6 +725,35 @@ static cJSON *read_hf_json(const char *path, const char *who) {
     return root;
 }
 
+// What picotron.c builds of a Hugging Face config (c, read from root): a llama as a Llama, a
+// mixtral as a mixture of experts, any other model_type as a Llama, said in one line; what it
+// cannot build (a sliding window) refused, what it does not do (router jitter) said
+static void check_hf_model(const Config *c, const cJSON *root, const char *path, const char *who) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    int mixtral = cJSON_IsString(type) && strcmp(type->valuestring, "mixtral") == 0;
+    const cJSON *window = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (cJSON_IsNumber(window) && window->valuedouble < c->max_position_embeddings)
+        user_error("%s %s: sliding_window = %g is not supported (picotron.c's attention sees every "
+                   "earlier position): null, or at least max_position_embeddings = %d",
+                   who, path, window->valuedouble, c->max_position_embeddings);
+    if (mixtral && c->num_experts < 1)
+        user_error("%s %s: a mixtral needs num_local_experts of at least 1, not %d", who, path,
+                   c->num_experts);
+    const cJSON *jitter = cJSON_GetObjectItemCaseSensitive(root, "router_jitter_noise");
+    if (world_rank() == 0 && cJSON_IsNumber(jitter) && jitter->valuedouble != 0)
+        printf("note: router_jitter_noise = %g is not applied: picotron.c routes each token's own "
+               "input (transformers scales it by uniform(1 - j, 1 + j) noise in training)\n",
+               jitter->valuedouble);
+    if (world_rank() == 0 && mixtral)
+        printf("note: model_type \"mixtral\": picotron.c builds a mixture of experts, %d experts "
+               "of %d features in each layer, top-%d (model_moe.c)\n",
+               c->num_experts, c->moe_intermediate_size, c->num_experts_per_tok);
+    else if (world_rank() == 0 && cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0)
+        printf("note: model_type \"%s\" is neither llama nor mixtral, the two picotron.c knows: "
+               "it builds a Llama%s of these sizes, and reads only such a model's tensors\n",
+               type->valuestring, c->num_experts > 0 ? " with a mixture of experts" : "");
+}
+
 void config_read_hf(Config *cfg, const char *path, const char *who) {
     enum { HF_INT, HF_FLOAT, HF_BOOL };
     const struct {
@@ -726,7 +771,8 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
         {"rope_theta", HF_FLOAT, 0, offsetof(Config, rope_theta)},
         {"max_position_embeddings", HF_INT, 0, offsetof(Config, max_position_embeddings)},
         {"tie_word_embeddings", HF_BOOL, 0, offsetof(Config, tie_word_embeddings)},
-        // a mixture of experts: Qwen2-MoE's names, and Mixtral's num_local_experts
+        // a mixture of experts: Mixtral's num_local_experts, and Qwen2-MoE's names, which an
+        // older picotron.c wrote
         {"num_experts", HF_INT, 0, offsetof(Config, num_experts)},
         {"num_local_experts", HF_INT, 0, offsetof(Config, num_experts)},
         {"num_experts_per_tok", HF_INT, 0, offsetof(Config, num_experts_per_tok)},
@@ -739,12 +785,18 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
     const cJSON *theta = cJSON_GetObjectItemCaseSensitive(rope, "rope_theta");
     if (theta && !cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))
         cJSON_AddItemToObject(root, "rope_theta", cJSON_Duplicate(theta, 0));
-    cfg->rms_norm_eps = 1e-6f;
-    cfg->rope_theta = 10000.0f;
-    cfg->max_position_embeddings = 2048;
+    // the defaults of transformers' LlamaConfig, or MixtralConfig's for a Mixtral: a mixture of
+    // experts whose intermediate_size is each expert's (model_moe.c)
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    int mixtral = cJSON_IsString(type) && strcmp(type->valuestring, "mixtral") == 0;
+    cfg->rms_norm_eps = mixtral ? 1e-5f : 1e-6f;
+    cfg->rope_theta = mixtral ? 1e6f : 10000.0f;
+    cfg->max_position_embeddings = mixtral ? 131072 : 2048;
     cfg->tie_word_embeddings = 0;
     cfg->num_key_value_heads = 0; // 0 until read: then it defaults to the query heads
-    cfg->num_experts = cfg->moe_intermediate_size = 0;
+    cfg->num_experts = mixtral ? 8 : 0;
+    cfg->moe_intermediate_size = 0;
+    if (mixtral) cfg->num_experts_per_tok = 2, cfg->router_aux_loss_coef = 0.001f;
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
         char *dst = (char *)cfg + keys[k].offset;
@@ -780,25 +832,25 @@ void config_read_hf(Config *cfg, const char *path, const char *who) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
     snprintf(cfg->model_name, sizeof cfg->model_name, "%s",
              cJSON_IsString(name) && name->valuestring[0] ? name->valuestring : "custom");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0 && world_rank() == 0)
-        printf("note: model_type \"%s\" is not llama; picotron.c builds a Llama of these sizes\n",
-               type->valuestring);
+    check_hf_model(cfg, root, path, who);
     cJSON_Delete(root);
 }
 
+// A dense model is a Llama; a mixture of experts a Mixtral (model_moe.c names its tensors so),
+// whose intermediate_size is each expert's
 int config_save_hf(const Config *c, const char *path) {
+    int moe = c->num_experts > 0;
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddItemToObject(root, "architectures",
-                          cJSON_CreateStringArray((const char *[]){"LlamaForCausalLM"}, 1));
-    cJSON_AddStringToObject(root, "model_type", "llama");
+    const char *architecture = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
+    cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&architecture, 1));
+    cJSON_AddStringToObject(root, "model_type", moe ? "mixtral" : "llama");
     const struct {
         const char *key;
         double value;
         int is_float;
     } numbers[] = {
         {"hidden_size", c->hidden_size, 0},
-        {"intermediate_size", c->intermediate_size, 0},
+        {"intermediate_size", moe ? c->moe_intermediate_size : c->intermediate_size, 0},
         {"num_hidden_layers", c->num_hidden_layers, 0},
         {"num_attention_heads", c->num_attention_heads, 0},
         {"num_key_value_heads", c->num_key_value_heads, 0},
@@ -811,18 +863,21 @@ int config_save_hf(const Config *c, const char *path) {
     for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
         cJSON_AddItemToObject(root, numbers[i].key,
                               number_json(numbers[i].value, numbers[i].is_float));
-    if (c->num_experts > 0) { // Qwen2-MoE's keys, which name the tensors as model_moe.c does
-        cJSON_AddNumberToObject(root, "num_experts", c->num_experts);
+    if (moe) { // MixtralConfig's keys: softmax over all experts, top-k, renormalised (moe.c)
+        cJSON_AddNumberToObject(root, "num_local_experts", c->num_experts);
         cJSON_AddNumberToObject(root, "num_experts_per_tok", c->num_experts_per_tok);
-        cJSON_AddNumberToObject(root, "moe_intermediate_size", c->moe_intermediate_size);
         cJSON_AddItemToObject(root, "router_aux_loss_coef",
-                              number_json(c->router_aux_loss_coef, 1));
-        cJSON_AddBoolToObject(root, "norm_topk_prob", 1); // Mixtral's renormalised top-k
+                              python_float_json(c->router_aux_loss_coef));
+        cJSON_AddItemToObject(root, "router_jitter_noise", python_float_json(0));
+        cJSON_AddNullToObject(root, "sliding_window"); // every earlier position is attended to
+        cJSON_AddBoolToObject(root, "output_router_logits", 0);
     }
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddStringToObject(root, "hidden_act", "silu");
-    cJSON_AddBoolToObject(root, "attention_bias", 0);
-    cJSON_AddBoolToObject(root, "mlp_bias", 0);
+    if (!moe) { // LlamaConfig's; a Mixtral has no biases and no such keys
+        cJSON_AddBoolToObject(root, "attention_bias", 0);
+        cJSON_AddBoolToObject(root, "mlp_bias", 0);
+    }
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
     char *text = cJSON_Print(root);
     cJSON_Delete(root);

@@ -47,6 +47,9 @@ typedef struct {
     // dataset
     char dataset_name[512]; // a .txt (byte-tokenised), a token file (.tok) or llm.c .bin
     char tokenizer[512];    // the tokenizer the token file was made with ("": bytes, or unnamed)
+    // a mixture of domains instead of dataset_name (doremi.c): the JSON list of {"name", "path",
+    // "weight"} as the config spells it; NULL: none
+    char *dataset_domains;
     // checkpoint
     char save_dir[512];
     int save_frequency;  // 0: never

@@ -4,6 +4,7 @@
 //   ./create_config --out_dir tmp --exp_name llama-1B --dp 2 --tp 2 --pp 2 --mbs 4
 // One table row per flag drives parsing, --help and the "unknown flag" message.
 #include "config.h"
+#include "doremi.h"
 #include "utils.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -85,6 +86,9 @@ static Flag flags[] = {
     SET("total_train_steps", A_INT, total_train_steps, "optimizer steps to train"),
     SET("seed", A_INT, seed, "seed of the weights and the data order"),
     SET("dataset", A_STR, dataset_name, "a .txt (bytes), a .tok token file or an llm.c .bin"),
+    OWN("domains", A_OWN,
+        "name=path[:weight],...: a mixture of domains instead of --dataset, each row drawn by "
+        "its weight (default 1)"),
     SET("tokenizer", A_STR, tokenizer,
         "the tokenizer the .tok was made with (./prepare_data --tokenizer): train checks them"),
     SET("save_dir", A_STR, save_dir, "checkpoint folder (default <out_dir>/<exp_name>)"),
@@ -256,6 +260,12 @@ int main(int argc, char **argv) {
     snprintf(cfg.run_name, sizeof cfg.run_name, "%s", exp_name);
     if (flag_value("trace")) snprintf(cfg.trace, sizeof cfg.trace, "%s/trace.json", run_path);
     apply_flags(&cfg);
+    if (flag_value("domains") && flag_value("dataset"))
+        user_error("create_config: --domains replaces --dataset: pass one of them");
+    if (flag_value("domains")) { // the mixture is the dataset: dataset.name stays empty
+        cfg.dataset_domains = domain_list_json(flag_value("domains"));
+        cfg.dataset_name[0] = '\0';
+    }
     if (cfg.num_experts > 0 && cfg.moe_intermediate_size == 0) // Mixtral's experts
         cfg.moe_intermediate_size = cfg.intermediate_size;
     for (int i = 0; i < NUM_FLAGS; i++)

@@ -196,16 +196,20 @@ long dataset_num_samples(const Dataset *ds, int seq_length) {
     return n;
 }
 
-void dataset_get_batch(int *inputs, int *targets, const Dataset *ds, int step, int micro,
-                       int grad_acc, int mbs, int seq_length, int dp_rank, int dp_size,
+void dataset_get_batch(int *inputs, int *targets, int *domains, const Dataset *ds, int step,
+                       int micro, int grad_acc, int mbs, int seq_length, int dp_rank, int dp_size,
                        long num_samples) {
-    long epoch = dataset_num_samples(ds, seq_length);
+    long epoch = ds->sample_window ? 0 : dataset_num_samples(ds, seq_length);
     if (num_samples > 0 && num_samples < epoch) epoch = num_samples;
     for (int b = 0; b < mbs; b++) {
         // k counts this rank's samples; the global order interleaves the dp ranks
         long k = ((long)step * grad_acc + micro) * mbs + b;
-        long g = (k * dp_size + dp_rank) % epoch;        // wraps: training may run several epochs
-        const int *window = ds->tokens + g * seq_length; // (seq_length + 1) tokens
+        long g = k * dp_size + dp_rank;
+        int domain = 0;
+        const int *window = // (seq_length + 1) tokens; wraps: training may run several epochs
+            ds->sample_window ? ds->sample_window(ds->mixture, g, &domain)
+                              : ds->tokens + (g % epoch) * seq_length;
+        if (domains) domains[b] = domain;
         memcpy(inputs + (long)b * seq_length, window, seq_length * sizeof(int));
         memcpy(targets + (long)b * seq_length, window + 1, seq_length * sizeof(int));
     }
@@ -264,6 +268,14 @@ void dataset_check_tokenizer(const Dataset *ds, const Config *cfg) {
                    ds->path, cfg->tokenizer, cfg->tokenizer);
 }
 
+void dataset_load(Dataset *ds, const char *path, const Config *cfg) {
+    dataset_open(ds, path);
+    dataset_check_tokenizer(ds, cfg);
+    if (ds->vocab_size > cfg->vocab_size)
+        user_error("config error: model.vocab_size = %d but %s holds token %d (raise it)",
+                   cfg->vocab_size, path, ds->vocab_size - 1);
+}
+
 void micro_batch_loader_init(MicroBatchDataLoader *loader, const Dataset *ds, const Config *cfg,
                              int dp_rank, int dp_size, const int *positions, int T) {
     size_t B = cfg->micro_batch_size, S = cfg->seq_length;
@@ -278,6 +290,7 @@ void micro_batch_loader_init(MicroBatchDataLoader *loader, const Dataset *ds, co
                                      .T = T,
                                      .input_ids = xmalloc(B * T * sizeof(int)),
                                      .target_ids = xmalloc(B * T * sizeof(int)),
+                                     .domains = xmalloc(B * sizeof(int)),
                                      .window_inputs = xmalloc(B * S * sizeof(int)),
                                      .window_targets = xmalloc(B * S * sizeof(int))};
 }
@@ -285,6 +298,7 @@ void micro_batch_loader_init(MicroBatchDataLoader *loader, const Dataset *ds, co
 void micro_batch_loader_free(MicroBatchDataLoader *loader) {
     free(loader->input_ids);
     free(loader->target_ids);
+    free(loader->domains);
     free(loader->window_inputs);
     free(loader->window_targets);
 }
@@ -292,8 +306,8 @@ void micro_batch_loader_free(MicroBatchDataLoader *loader) {
 // the dp rank's sequences of the global batch, then the cp rank's positions of each
 void load_micro_batch(MicroBatchDataLoader *loader, int step, int micro) {
     int B = loader->micro_batch_size, S = loader->seq_length, T = loader->T;
-    dataset_get_batch(loader->window_inputs, loader->window_targets, loader->ds, step, micro,
-                      loader->grad_acc, B, S, loader->dp_rank, loader->dp_size,
+    dataset_get_batch(loader->window_inputs, loader->window_targets, loader->domains, loader->ds,
+                      step, micro, loader->grad_acc, B, S, loader->dp_rank, loader->dp_size,
                       loader->num_samples);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {

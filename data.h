@@ -13,6 +13,10 @@ typedef struct {
     uint64_t tokenizer_fingerprint;
     int tokenizer_vocab_size;
     char path[512]; // the file, for error messages
+    // a mixture of domains (doremi.c) chooses each sample's window and its domain; NULL: this
+    // corpus's windows in order
+    const int *(*sample_window)(void *mixture, long sample, int *domain);
+    void *mixture;
 } Dataset;
 
 // path: ".txt" is read as UTF-8 and tokenised byte by byte (vocab 256); ".tok" is this project's
@@ -21,11 +25,16 @@ typedef struct {
 // hold, a token id >= INT32_MAX or a corpus larger than memory: one line naming the file, exit 1.
 void dataset_open(Dataset *ds, const char *path);
 void dataset_free(Dataset *ds);
+// dataset_open, then the checks a run makes against its config: the tokenizer that made a .tok
+// file, and a vocabulary that holds every token
+void dataset_load(Dataset *ds, const char *path, const Config *cfg);
 long dataset_num_samples(const Dataset *ds, int seq_length);
 
 // inputs, targets: (mbs, seq_length) host arrays, the micro-batch `micro` of step `step`
 // (steps count from 0) for dp rank dp_rank; num_samples > 0 caps the samples used per epoch.
-void dataset_get_batch(int *inputs, int *targets, const Dataset *ds, int step, int micro,
+// domains (mbs): each row's domain (0 without a mixture); NULL when not wanted.
+void dataset_get_batch(int *inputs, int *targets, int *domains, const Dataset *ds, int step,
+                       int micro,
                        int grad_acc, int mbs, int seq_length, int dp_rank, int dp_size,
                        long num_samples);
 
@@ -47,6 +56,7 @@ typedef struct {
     const int *positions; // (T): the positions of each sequence this cp rank holds
     int T;
     int *input_ids, *target_ids;         // (B, T): the micro-batch of the last load_micro_batch
+    int *domains;                        // (B): the domain of each of its rows
     int *window_inputs, *window_targets; // (B, seq_length): the whole sequences it comes from
 } MicroBatchDataLoader;
 

@@ -33,13 +33,14 @@ FILE *metrics_open(const char *path, int first_step) {
 }
 
 void metrics_write(FILE *f, int step, float loss, long tokens, double seconds, float grad_norm,
-                   const float *aux_loss) {
+                   const float *aux_loss, const char *more) {
     int failed =
         fprintf(f,
                 "{\"step\": %d, \"loss\": %.9g, \"tokens\": %ld, \"seconds\": %.6f, \"grad_norm\": "
                 "%.9g",
                 step, loss, tokens, seconds, grad_norm) < 0;
     if (aux_loss) failed |= fprintf(f, ", \"aux_loss\": %.9g", *aux_loss) < 0;
+    if (more[0]) failed |= fprintf(f, ", %s", more) < 0;
     failed |= fprintf(f, "}\n") < 0;
     // each line reaches the file at its step: a full disk ends the job now, not in silence
     if (failed || fflush(f) != 0) write_failed(metrics_path);

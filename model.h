@@ -163,6 +163,10 @@ typedef struct Model {
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *hook_ctx;
+    // after each micro-batch's loss on the last stage: its token losses (N), on the device, for
+    // the per-domain losses (doremi.c); NULL: none
+    void (*on_loss)(void *ctx, const float *losses, int N);
+    void *loss_ctx;
     // device bytes the extensions allocated for this model's activations (sequence parallelism's
     // gathered stream, the experts' buffers), which model_activation_bytes counts with its own
     size_t extension_bytes;

@@ -1,9 +1,11 @@
 // The mixture-of-experts MLP of the model (cfg.num_experts > 0): moe.c's block (Mixtral's sparse
 // MoE) in a decoder layer, under every layout, and the statistics of the experts' load.
 //
-// Tensors: the router model.layers.{l}.mlp.gate.weight (E, C) is replicated on the tp ranks
+// Tensors, named as transformers saves a Mixtral (MixtralForCausalLM's save_pretrained), so the
+// table's names are the checkpoint's, the optimizer state's and init_from's, with no renaming: the
+// router model.layers.{l}.block_sparse_moe.gate.weight (E, C) is replicated on the tp ranks
 // (counted once, as the norms); each expert e has its own gate_proj, up_proj and down_proj,
-// model.layers.{l}.mlp.experts.{e}.*_proj.weight (Qwen2-MoE's names), split over tp exactly as
+// model.layers.{l}.block_sparse_moe.experts.{e}.w1 / w3 / w2.weight, split over tp exactly as
 // the dense MLP (gate and up column-parallel, down row-parallel: I/tp features of every expert
 // on each tp rank). Expert parallelism splits the experts themselves: ep rank r lays out experts
 // [r*E/ep, (r+1)*E/ep) only, under their global names (expert_parallel.c moves the tokens).
@@ -44,16 +46,17 @@ void moe_layout_params(Model *model, MlpWeights *m, float *base, int layer) {
     int ep = model->pgm->ep_size > 1 ? model->pgm->ep_size : 1, El = E / ep;
     int first = model->pgm->ep_rank * El;
     char n[96];
-    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", layer);
+    snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.weight", layer);
     m->moe.router = model_add_param(model, base, n, E, C, REPLICATED, UNIFORM);
     if (!m->moe.experts) m->moe.experts = xmalloc(El * sizeof(ExpertWeights));
     for (int e = first; e < first + El; e++) {
         ExpertWeights *x = &m->moe.experts[e - first];
-#define NAME(proj) (snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s", layer, e, proj), n)
-        x->gate_proj =
-            add_expert_param(model, base, NAME("gate_proj.weight"), I, C, COLUMN_PARALLEL);
-        x->up_proj = add_expert_param(model, base, NAME("up_proj.weight"), I, C, COLUMN_PARALLEL);
-        x->down_proj = add_expert_param(model, base, NAME("down_proj.weight"), C, I, ROW_PARALLEL);
+#define NAME(w)                                                                                    \
+    (snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.%s", layer, e, w), n)
+        // Mixtral's w1 is gate_proj, w3 up_proj, w2 down_proj
+        x->gate_proj = add_expert_param(model, base, NAME("w1.weight"), I, C, COLUMN_PARALLEL);
+        x->up_proj = add_expert_param(model, base, NAME("w3.weight"), I, C, COLUMN_PARALLEL);
+        x->down_proj = add_expert_param(model, base, NAME("w2.weight"), C, I, ROW_PARALLEL);
 #undef NAME
     }
 }

@@ -13,8 +13,9 @@
 //            and the outputs back after (expert_parallel.c: x_expert and out_expert are those
 //            ranks' rows, each expert's from every source rank in turn)
 //   combine: y[n] = sum_j w[n, j] * out_sorted[pos[n, j]]
-//   aux:     E * sum_e f_e * P_e, f_e the fraction of pairs routed to e (before drops), P_e the
-//            mean prob of e: smallest when the load is uniform (Switch Transformer, eq. 4-6).
+//   aux:     E * sum_e f_e * P_e, f_e the pairs routed to e per token (before drops; they sum
+//            to K, as transformers' load_balancing_loss_func counts them), P_e the mean prob of
+//            e: smallest when the load is uniform (Switch Transformer, eq. 4-6).
 //            Both are sums over the micro-batch's tokens divided by their number, so when context
 //            parallelism splits a micro-batch, the E pair counts and E prob sums are summed over
 //            the cp ranks first (one all-reduce of 2E floats) and every rank forms the same aux.

@@ -19,6 +19,7 @@
 #include "trace.h"
 #include "utils.h"
 // beyond picotron: each in its own file, switched on by its config key
+#include "doremi.h"               // dataset.domains
 #include "expert_parallel.h"      // distributed.ep_size: the experts' gradient buckets
 #include "metrics.h"              // logging.metrics_file
 #include "pipeline_interleaved.h" // distributed.pp_virtual_stages
@@ -102,11 +103,11 @@ int main(int argc, char **argv) {
                                cfg.ep_size);
     trace_init(cfg.trace, cfg.trace_steps, &pgm);
     Dataset ds;
-    dataset_open(&ds, cfg.dataset_name);
-    dataset_check_tokenizer(&ds, &cfg);
-    if (ds.vocab_size > cfg.vocab_size)
-        user_error("config error: model.vocab_size = %d but %s holds token %d (raise it)",
-                   cfg.vocab_size, cfg.dataset_name, ds.vocab_size - 1);
+    DomainMixture mixture; // dataset.domains: each sample drawn from a domain (doremi.c)
+    if (cfg.dataset_domains)
+        domain_mixture_open(&mixture, &ds, &cfg);
+    else
+        dataset_load(&ds, cfg.dataset_name, &cfg);
 
     // each parallel file decides this rank's share: its tensor blocks, its layers, its positions
     int T = cfg.seq_length / pgm.cp_size;
@@ -124,6 +125,8 @@ int main(int argc, char **argv) {
                            : pipeline_num_slots(&cfg, pgm.pp_rank));
     MicroBatchDataLoader loader;
     micro_batch_loader_init(&loader, &ds, &cfg, pgm.dp_rank, pgm.dp_size, positions, T);
+    DomainLosses domain_losses;
+    if (cfg.dataset_domains) domain_losses_init(&domain_losses, &model, &mixture, &loader);
     DataParallel dp; // the model's backward hook: picotron's register_backward_hook
     Zero zero;       // distributed.zero1: the buckets reduce-scattered, AdamW on a shard
     ExpertBuckets experts;
@@ -212,6 +215,9 @@ int main(int argc, char **argv) {
         trace_end(EV_OPTIMIZER, -1, -1, optimizer_start);
         loss = average_loss_across_dp_cp_ranks(loss, model.scalar, &pgm.cp_dp);
         float aux = moe_step_aux_loss(&model); // the load-balancing loss; the loss stays the CE
+        char domains[4096] = "";
+        if (cfg.dataset_domains) domain_losses_step(&domain_losses, &pgm.cp_dp);
+        if (cfg.dataset_domains) domain_losses_json(domains, sizeof domains, &domain_losses);
         device_synchronize();
         trace_step_end();
         double seconds = now_seconds() - start;
@@ -222,7 +228,7 @@ int main(int argc, char **argv) {
                      peak);
         if (metrics)
             metrics_write(metrics, step, loss, tokens_seen, seconds, norm,
-                          cfg.num_experts > 0 ? &aux : NULL);
+                          cfg.num_experts > 0 ? &aux : NULL, domains);
         int save = cfg.save_frequency > 0 && step % cfg.save_frequency == 0;
         if (stop[0] && cfg.save_dir[0] && cfg.save_frequency == 0)
             checkpoint_lock(cfg.save_dir, &pgm); // saving for the first time
@@ -244,6 +250,7 @@ int main(int argc, char **argv) {
                pgm.global_rank, dp.started_during_backward,
                cfg.zero1 ? "reduce-scatters" : "all-reduces", dp.num_buckets * steps_run);
     if (logger) moe_report(&model);
+    if (logger && cfg.dataset_domains) domain_losses_report(&domain_losses);
     if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
         printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
                pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);
@@ -270,7 +277,11 @@ int main(int argc, char **argv) {
     optimizer_free(&opt);
     model_free(&model);
     free(positions);
-    dataset_free(&ds);
+    if (cfg.dataset_domains) domain_losses_free(&domain_losses);
+    if (cfg.dataset_domains)
+        domain_mixture_free(&mixture);
+    else
+        dataset_free(&ds);
     process_group_manager_free(&pgm);
     mpiCheck(MPI_Finalize());
     return 0;

@@ -45,6 +45,8 @@ void fill(float *x, float value, size_t n);
 void fill_columns(float *x, float value, int N, int V, int from);
 void add_inplace(float *y, const float *x, size_t n);   // y += x
 void scale_inplace(float *x, float s, size_t n);        // x *= s
+// x (rows, cols): row r *= scale[r] (a loss weight per token, doremi.c)
+void scale_rows(float *x, const float *scale, int rows, int cols);
 void sum_squares(float *out, const float *x, size_t n); // out[0] += sum(x^2)
 void sum_reduce(float *out, const float *x, size_t n);  // out[0] += sum(x)
 

@@ -16,19 +16,19 @@
 #define GOLDEN 0x9E3779B97F4A7C15ull // splitmix64's increment: 2^64 / golden ratio
 
 // splitmix64's finaliser (Steele et al.): a bijection of 64-bit words that mixes every bit
-static HOST_DEVICE uint64_t mix64(uint64_t z) {
+static inline HOST_DEVICE uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 
 // the counter-th draw of the stream `key`, uniform in [0, 1) with 53 random bits
-static HOST_DEVICE double uniform01(uint64_t key, uint64_t counter) {
+static inline HOST_DEVICE double uniform01(uint64_t key, uint64_t counter) {
     return (double)(mix64(key + (counter + 1) * GOLDEN) >> 11) * 0x1.0p-53;
 }
 
 // element `index` of the tensor: draws 2*index and 2*index + 1 of the tensor's stream
-static HOST_DEVICE float init_value(uint64_t key, uint64_t index, int kind, float bound) {
+static inline HOST_DEVICE float init_value(uint64_t key, uint64_t index, int kind, float bound) {
     if (kind == 2) return bound;
     double u1 = uniform01(key, 2 * index);
     if (kind == 0) return (float)((2.0 * u1 - 1.0) * bound);

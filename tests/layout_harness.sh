@@ -15,6 +15,8 @@ HARNESS_TRAIN=${HARNESS_TRAIN:-./train}
 HARNESS_DISTRIBUTED_EXTRA=${HARNESS_DISTRIBUTED_EXTRA:-}
 # and for the model section, e.g. '"dtype": "float32"' (the GPU build's default is bfloat16)
 HARNESS_MODEL_EXTRA=${HARNESS_MODEL_EXTRA:-}
+# the dataset section's keys, e.g. a mixture of domains (tests/t_19_domains.sh)
+HARNESS_DATASET=${HARNESS_DATASET:-'"name": "data/pride_and_prejudice.txt"'}
 HARNESS_DIR=$(mktemp -d /tmp/picotron-layouts.XXXXXX)
 trap 'rm -rf "$HARNESS_DIR"' EXIT
 harness_failures=0
@@ -29,13 +31,13 @@ harness_failures=0
 #                                over ep of the dp ranks, default 1)
 #                                hidden inter heads kv_heads vocab (the model's sizes, default 128
 #                                256 8 4 256) pad (model.make_vocab_size_divisible_by, default 1: none)
-#                                data (dataset.name, default data/pride_and_prejudice.txt)
+#                                data (dataset.name; default: HARNESS_DATASET's keys)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
     local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe="" ep=1
-    local hidden=128 inter=256 heads=8 kv_heads=4 vocab=256 pad=1 data=data/pride_and_prejudice.txt
+    local hidden=128 inter=256 heads=8 kv_heads=4 vocab=256 pad=1 data=""
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -44,6 +46,8 @@ run_layout() {
            \"moe_intermediate_size\": $moe_i, \"router_aux_loss_coef\": $aux,
            \"moe_capacity_factor\": $cap"
     [ "$pad" != 1 ] && moe="$moe, \"make_vocab_size_divisible_by\": $pad"
+    local dataset=$HARNESS_DATASET
+    [ -n "$data" ] && dataset="\"name\": \"$data\""
     cat >"$dir/config.json" <<JSON
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
@@ -58,7 +62,7 @@ run_layout() {
               "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
               "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay",
               "recompute": $recompute},
- "dataset": {"name": "$data"},
+ "dataset": {$dataset},
  "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $save, "load_path": "$load"},
  "logging": {"metrics_file": "$dir/metrics.jsonl"}}
 JSON

@@ -7,6 +7,7 @@
 //        test_data error KIND DIR    writes a bad file (KIND: see open_bad_file), prints its path,
 //                                    opens it; must exit 1 with one line (77: cannot run here)
 #include "data.h"
+#include "test_util.h"
 #include "utils.h"
 #include <errno.h>
 #include <string.h>
@@ -15,16 +16,6 @@
 
 #define MAX_MISMATCHES 0 // token ids are integers: any difference is a bug
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static void write_bytes(const char *path, const void *bytes, size_t n) {
     FILE *f = xfopen(path, "wb");
@@ -166,7 +157,7 @@ static void check_windows(void) {
     int bad = 0;
     for (int s = 0; s < 4; s++) { // step 3 wraps to sample 0
         int in[3], tg[3];
-        dataset_get_batch(in, tg, &ds, s, 0, 1, 1, 3, 0, 1, 0);
+        dataset_get_batch(in, tg, NULL, &ds, s, 0, 1, 1, 3, 0, 1, 0);
         bad += mismatches(in, want_in[s % 3], 3) + mismatches(tg, want_tg[s % 3], 3);
     }
     CHECK(bad == 0, "windows: %d tokens differ from the hand-written windows", bad);
@@ -181,7 +172,7 @@ static void check_windows(void) {
     int in[2 * 16], tg[2 * 16];
     int bad_large = 0, bad_cap = 0;
     for (int step = 0; step < 30; step++) { // mbs 2: steps 20.. are the second epoch
-        dataset_get_batch(in, tg, &ds, step, 0, 1, 2, seq, 0, 1, 0);
+        dataset_get_batch(in, tg, NULL, &ds, step, 0, 1, 2, seq, 0, 1, 0);
         for (int b = 0; b < 2; b++) {
             long g = (2L * step + b) % 40;
             for (int t = 0; t < seq; t++) {
@@ -189,7 +180,7 @@ static void check_windows(void) {
                 bad_large += tg[b * seq + t] != g * seq + t + 1;
             }
         }
-        dataset_get_batch(in, tg, &ds, step, 0, 1, 2, seq, 0, 1, 7); // num_samples = 7
+        dataset_get_batch(in, tg, NULL, &ds, step, 0, 1, 2, seq, 0, 1, 7); // num_samples = 7
         for (int b = 0; b < 2; b++) bad_cap += in[b * seq] != ((2L * step + b) % 7) * seq;
     }
     CHECK(bad_large == 0, "windows: %d tokens off over 30 steps", bad_large);
@@ -220,7 +211,7 @@ static void check_layouts(void) {
             for (int rank = 0; rank < dp; rank++)
                 for (int micro = 0; micro < grad_acc; micro++) {
                     int in[MBS * SEQ], tg[MBS * SEQ];
-                    dataset_get_batch(in, tg, &ds, step, micro, grad_acc, MBS, SEQ, rank, dp, 0);
+                    dataset_get_batch(in, tg, NULL, &ds, step, micro, grad_acc, MBS, SEQ, rank, dp, 0);
                     for (int b = 0; b < MBS; b++) {
                         int sample = in[b * SEQ] / SEQ;
                         bad_rank += sample % dp != rank;

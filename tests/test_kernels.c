@@ -565,6 +565,15 @@ static void test_elementwise_and_memory(void) {
     fill(z, 3.0f, N);
     for (int i = 0; i < N; i++) err = fmax(err, fabs(z[i] - 3.0f));
     check("fill, add_inplace, scale_inplace", err, 0.0);
+    enum { ROWS = 8, COLS = 125 }; // ROWS * COLS = N: a row's scale reaches exactly its row
+    float *scales = rand_array(ROWS, 1.0f), *x0 = copy_of(x, N);
+    scale_rows(x, scales, ROWS, COLS);
+    err = 0.0;
+    for (int i = 0; i < N; i++) // relative: the compiler may fuse the reference's product
+        err = fmax(err, fabs(x[i] - (double)x0[i] * scales[i / COLS]) / fabs(x0[i] * scales[i / COLS]));
+    check("scale_rows (relative)", err, 1e-7);
+    free(scales);
+    free(x0);
     float out[2] = {1.5f, -2.0f};
     sum_squares(&out[0], x, N);
     sum_reduce(&out[1], x, N);

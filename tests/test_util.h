@@ -8,6 +8,19 @@
 #include "backend/backend.h"
 #include "utils.h"
 
+// CHECK(cond, fmt, ...): a FAIL line naming the file and line when cond is false, counted in
+// failures for the exit status
+static int failures __attribute__((unused)) = 0;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
 // The state of uniform(): mpi_test_init seeds it, with the same seed on every rank, so that every
 // rank draws the same inputs.
 static uint64_t rng_state;

@@ -24,6 +24,15 @@ void scale_inplace(float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+void scale_rows(float *x, const float *scale, int rows, int cols) {
+#pragma omp parallel for
+    for (int r = 0; r < rows; r++) {
+        float *row = x + (size_t)r * cols, s = scale[r];
+#pragma omp simd
+        for (int c = 0; c < cols; c++) row[c] *= s;
+    }
+}
+
 // accumulated in double: the gradient norm sums ~1e9 squares, float would lose the small ones
 void sum_squares(float *out, const float *x, size_t n) {
     double sum = 0.0;

@@ -22,6 +22,11 @@ __global__ static void scale_inplace_kernel(float *x, float s, size_t n) {
     if (i < n) x[i] *= s;
 }
 
+__global__ static void scale_rows_kernel(float *x, const float *scale, size_t n, int cols) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= scale[i / cols];
+}
+
 void fill(float *x, float value, size_t n) {
     PROFILE(PROFILE_OTHER);
     bf16_copies_stale(x, n * sizeof(float));
@@ -52,6 +57,15 @@ void scale_inplace(float *x, float s, size_t n) {
     bf16_copies_stale(x, n * sizeof(float));
     if (n == 0) return;
     scale_inplace_kernel<<<blocks_for(n, 256), 256>>>(x, s, n);
+    cudaCheckLaunch();
+}
+
+void scale_rows(float *x, const float *scale, int rows, int cols) {
+    PROFILE(PROFILE_OTHER);
+    size_t n = (size_t)rows * cols;
+    bf16_copies_stale(x, n * sizeof(float));
+    if (n == 0) return;
+    scale_rows_kernel<<<blocks_for(n, 256), 256>>>(x, scale, n, cols);
     cudaCheckLaunch();
 }
 

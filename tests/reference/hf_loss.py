@@ -5,10 +5,15 @@
         --micro_batch_size 2 --gradient_accumulation_steps 4 --dp_size 1 --step 1
 
 MODEL_DIR is a folder from_pretrained reads (config.json and model.safetensors, or a sharded
-index). The script feeds the model the very samples the C loader (data.c) gives step K, before
-that step's update, and prints `loss <value>` to 9 significant digits: the mean over dp ranks and
-micro-batches of each micro-batch's mean token loss, the number train.c writes to the metrics
-file. Run it with torch and transformers (fp32, eager attention, one thread, deterministic).
+index): a Llama, or a Mixtral (the class its config.json's architectures names). The script feeds
+the model the very samples the C loader (data.c) gives step K, before that step's update, and
+prints `loss <value>` to 9 significant digits: the mean over dp ranks and micro-batches of each
+micro-batch's mean token loss, the number train.c writes to the metrics file. For a Mixtral it
+also prints `aux_loss <value>`, the metrics file's aux_loss: the mean over dp ranks and
+micro-batches of the mean over layers of each layer's load_balancing_loss_func on that
+micro-batch's router logits (model_moe.c's definition; transformers' own aux_loss balances all the
+layers' logits at once, which is another number). Run it with torch and transformers (fp32, eager
+attention and experts, one thread, deterministic).
 
 How data.c picks the samples, repeated here on purpose (a second implementation to check it):
 - A .txt file is its UTF-8 bytes, one token each (dataset_open). .tok and .bin are read too.
@@ -66,39 +71,59 @@ def step_samples(num_tokens, step, seq_length, mbs, grad_acc, dp_size, num_sampl
               for b in range(mbs)] for m in range(grad_acc)] for r in range(dp_size)]
 
 
+def layers_aux_loss(config, router_logits):
+    """The mean over layers of each layer's load-balancing loss (model_moe.c's aux)."""
+    import torch
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    return torch.stack([load_balancing_loss_func((r,), config.num_local_experts,
+                                                 config.num_experts_per_tok)
+                        for r in router_logits]).mean()
+
+
 def step_loss(model, tokens, step, seq_length, mbs, grad_acc, dp_size, num_samples=0):
-    """The step's loss as train.c reports it, and the samples it read."""
+    """The step's loss and aux_loss (None for a dense model) as train.c reports them, and the
+    samples it read."""
     import torch
     import torch.nn.functional as F
 
+    moe = getattr(model.config, "num_local_experts", 0) > 0
     samples = step_samples(len(tokens), step, seq_length, mbs, grad_acc, dp_size, num_samples)
-    rank_losses = []
+    rank_losses, rank_aux = [], []
     for rank in samples:
-        loss = 0.0
+        loss = aux = 0.0
         for micro in rank:
             windows = torch.tensor([tokens[g * seq_length:g * seq_length + seq_length + 1]
                                     for g in micro])
             inputs, targets = windows[:, :-1], windows[:, 1:]
             with torch.no_grad():
-                logits = model(input_ids=inputs).logits  # (B, S, V)
+                out = model(input_ids=inputs, output_router_logits=True) if moe else \
+                    model(input_ids=inputs)
+            logits = out.logits  # (B, S, V)
             micro_loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
             loss += micro_loss.item() / grad_acc
+            if moe:
+                aux += layers_aux_loss(model.config, out.router_logits).item() / grad_acc
         rank_losses.append(loss)
-    return sum(rank_losses) / len(rank_losses), samples
+        rank_aux.append(aux)
+    mean_aux = sum(rank_aux) / len(rank_aux) if moe else None
+    return sum(rank_losses) / len(rank_losses), mean_aux, samples
 
 
 def load_model(model_dir):
     import torch
     import transformers
-    from transformers import LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    model, info = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                   attn_implementation="eager",
-                                                   output_loading_info=True)
+    # a Llama or a Mixtral, as config.json says; a Mixtral's experts one by one (eager), in fp32
+    kwargs = dict(dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    if AutoConfig.from_pretrained(model_dir).model_type == "mixtral":
+        kwargs["experts_implementation"] = "eager"
+    model, info = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
     # transformers initialises a missing tensor at random and goes on: here that is an error
     for kind, keys in info.items():
         if keys:
@@ -128,13 +153,16 @@ def main():
     if max(tokens) >= model.config.vocab_size:
         sys.exit("%s: token %d does not fit vocab_size %d"
                  % (args.dataset, max(tokens), model.config.vocab_size))
-    loss, samples = step_loss(model, tokens, args.step, args.seq_length, args.micro_batch_size,
-                              args.gradient_accumulation_steps, args.dp_size, args.num_samples)
+    loss, aux, samples = step_loss(model, tokens, args.step, args.seq_length,
+                                   args.micro_batch_size, args.gradient_accumulation_steps,
+                                   args.dp_size, args.num_samples)
     if args.show_samples:
         for r, rank in enumerate(samples):
             for m, micro in enumerate(rank):
                 print("dp rank %d micro-batch %d: samples %s" % (r, m, micro))
     print("loss %.9g" % loss)
+    if aux is not None:
+        print("aux_loss %.9g" % aux)
 
 
 if __name__ == "__main__":

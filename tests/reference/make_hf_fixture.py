@@ -50,25 +50,33 @@ def make_model(arch=ARCH):
 
 def write_expected_loss(folder, tokens, batch=BATCH):
     model = hf_loss.load_model(folder)
-    loss, _ = hf_loss.step_loss(model, tokens, batch["step"], batch["seq_length"],
-                                batch["micro_batch_size"], batch["gradient_accumulation_steps"],
-                                batch["dp_size"])
-    record = dict(batch, loss=float("%.9g" % loss), transformers=transformers.__version__,
-                  torch=torch.__version__.split("+")[0])
+    loss, aux, _ = hf_loss.step_loss(model, tokens, batch["step"], batch["seq_length"],
+                                     batch["micro_batch_size"],
+                                     batch["gradient_accumulation_steps"], batch["dp_size"])
+    record = dict(batch, loss=float("%.9g" % loss))
+    if aux is not None:  # a mixture of experts: the metrics file's aux_loss too
+        record["aux_loss"] = float("%.9g" % aux)
+    record.update(transformers=transformers.__version__, torch=torch.__version__.split("+")[0])
     with open(os.path.join(folder, "expected_loss.json"), "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")
     print("%s: loss %.9g" % (folder, loss))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def fixture_setup(doc, dataset=BATCH["dataset"]):
+    """--out and --dataset, for a script with this docstring; torch on one thread, deterministic"""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", default="tests/fixtures")
-    parser.add_argument("--dataset", default=BATCH["dataset"],
+    parser.add_argument("--dataset", default=dataset,
                         help="where the corpus is (expected_loss.json names data/...)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
+    return args
+
+
+def main():
+    args = fixture_setup(__doc__)
 
     model = make_model()
     fp32_dir = os.path.join(args.out, "hf_tiny")

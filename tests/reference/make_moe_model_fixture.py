@@ -13,11 +13,12 @@ parameter, and 5 AdamW steps (their CE losses and the weights after them).
     /tmp/benchvenv/bin/python tests/reference/make_moe_model_fixture.py --out tests/fixtures
 
 File format and records: tests/reference/make_fixture.py's, plus config.moe (E, K, I of an
-expert, COEF) after config.rope_theta and aux after loss. Tensors carry the C model's names:
-transformers fuses the experts (mlp.experts.gate_up_proj (E, 2I, C): rows [0, I) gate, [I, 2I)
-up; mlp.experts.down_proj (E, C, I)); the C model holds each expert's
-mlp.experts.{e}.gate_proj / up_proj / down_proj.weight (Qwen2-MoE's names), written here one by
-one. The router is mlp.gate.weight (E, C) in both.
+expert, COEF) after config.rope_theta and aux after loss. Tensors carry the C model's names,
+those transformers' save_pretrained writes for a Mixtral: transformers fuses the experts in
+memory (mlp.experts.gate_up_proj (E, 2I, C): rows [0, I) gate, [I, 2I) up;
+mlp.experts.down_proj (E, C, I)); the C model holds each expert's
+block_sparse_moe.experts.{e}.w1 (gate) / w3 (up) / w2 (down).weight, written here one by one.
+The router is mlp.gate.weight (E, C) in memory, block_sparse_moe.gate.weight in the C model.
 """
 import os
 
@@ -44,15 +45,16 @@ def c_params(params, I):
     """(C model name, tensor) pairs: the fused experts cut into per-expert tensors"""
     out = []
     for name, p in params.items():
-        if name.endswith("mlp.experts.gate_up_proj"):
+        name = name.replace(".mlp.", ".block_sparse_moe.")
+        if name.endswith("experts.gate_up_proj"):
             prefix = name[:-len("gate_up_proj")]
             for e in range(E):
-                out.append(("%s%d.gate_proj.weight" % (prefix, e), p[e, :I]))
-                out.append(("%s%d.up_proj.weight" % (prefix, e), p[e, I:]))
-        elif name.endswith("mlp.experts.down_proj"):
+                out.append(("%s%d.w1.weight" % (prefix, e), p[e, :I]))
+                out.append(("%s%d.w3.weight" % (prefix, e), p[e, I:]))
+        elif name.endswith("experts.down_proj"):
             prefix = name[:-len("down_proj")]
             for e in range(E):
-                out.append(("%s%d.down_proj.weight" % (prefix, e), p[e]))
+                out.append(("%s%d.w2.weight" % (prefix, e), p[e]))
         else:
             out.append((name, p))
     return out

@@ -10,12 +10,9 @@ tests/fixtures/tokenizer/gpt2/hard_cases.tok (GPT-2 ids) with seq_length 32 and 
 tests/t_33_vocab_padding.sh loads it into a padded model (model.make_vocab_size_divisible_by)
 under tp 2. The model and the loss are make_hf_fixture.py's, at these sizes.
 """
-import argparse
 import os
 import shutil
 import sys
-
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
@@ -29,15 +26,11 @@ BATCH = dict(make_hf_fixture.BATCH, dataset="tests/fixtures/tokenizer/gpt2/hard_
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="tests/fixtures")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    args = make_hf_fixture.fixture_setup(__doc__, BATCH["dataset"])
     folder = os.path.join(args.out, "hf_gpt2_vocab")
     shutil.rmtree(folder, ignore_errors=True)
     make_hf_fixture.make_model(ARCH).save_pretrained(folder)
-    make_hf_fixture.write_expected_loss(folder, hf_loss.read_tokens(BATCH["dataset"]), BATCH)
+    make_hf_fixture.write_expected_loss(folder, hf_loss.read_tokens(args.dataset), BATCH)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,12 @@ overlap, no hole.
     safetensors_read.py compare FILE_A FILE_B TOL per tensor ||a-b||/||a|| <= TOL (0: bit-identical)
     safetensors_read.py expect-llama FILE CONFIG  exactly the tensors a Hugging Face Llama with
                                                   that config.json has
+    safetensors_read.py expect-mixtral FILE CONFIG [REFERENCE]
+                                                  exactly the tensors transformers saves for a
+                                                  Mixtral with that config.json, which is a
+                                                  Mixtral's (architectures, model_type, only
+                                                  MixtralConfig's keys) and, given REFERENCE (a
+                                                  config.json transformers saved), the same model
 
 FILE may also be a sharded checkpoint's model.safetensors.index.json: its shards are read as one.
 Every command exits 1 with one line naming what is wrong.
@@ -276,7 +282,10 @@ def cmd_compare(path_a, path_b, tol):
 
 
 def llama_tensors(config):
-    """[(name, shape)] of a Hugging Face LlamaForCausalLM with this config.json, in its order."""
+    """[(name, shape)] of a Hugging Face LlamaForCausalLM with this config.json, in its order; of
+    a MixtralForCausalLM's file when its model_type is mixtral: each MLP is a router
+    block_sparse_moe.gate (E, C) and E experts w1, w3 (I, C), w2 (C, I), the names transformers'
+    save_pretrained writes."""
     C, I = config["hidden_size"], config["intermediate_size"]
     V, L = config["vocab_size"], config["num_hidden_layers"]
     H = config["num_attention_heads"]
@@ -295,6 +304,13 @@ def llama_tensors(config):
         if attention_bias:
             names.append((p + "self_attn.o_proj.bias", [C]))
         names.append((p + "post_attention_layernorm.weight", [C]))
+        if config.get("model_type") == "mixtral":
+            E = config.get("num_local_experts", 8)
+            names.append((p + "block_sparse_moe.gate.weight", [E, C]))
+            for e in range(E):
+                for w, shape in (("w1", [I, C]), ("w2", [C, I]), ("w3", [I, C])):
+                    names.append((p + "block_sparse_moe.experts.%d.%s.weight" % (e, w), shape))
+            continue
         for proj, shape in (("gate", [I, C]), ("up", [I, C]), ("down", [C, I])):
             names.append((p + "mlp.%s_proj.weight" % proj, shape))
             if mlp_bias:
@@ -305,24 +321,76 @@ def llama_tensors(config):
     return names
 
 
-def cmd_expect_llama(path, config_path):
+def cmd_expect_llama(path, config_path, kind="Llama"):
     with open(config_path) as f:
         config = json.load(f)
     tensors = open_checkpoint(path)
     expected = llama_tensors(config)
+    what = "expect-%s" % kind.lower()
     for name, shape in expected:
         if name not in tensors:
-            fail("expect-llama: %s is missing from %s" % (name, path))
+            fail("%s: %s is missing from %s" % (what, name, path))
         if tensors[name].shape != shape:
-            fail("expect-llama: %s has shape %s in %s, a Llama with %s has %s"
-                 % (name, tensors[name].shape, path, config_path, shape))
+            fail("%s: %s has shape %s in %s, a %s with %s has %s"
+                 % (what, name, tensors[name].shape, path, kind, config_path, shape))
     names = set(n for n, _ in expected)
     for name in tensors:
         if name not in names:
-            fail("expect-llama: %s holds %s, which a Llama with %s does not have"
-                 % (path, name, config_path))
-    print("expect-llama ok: %s holds exactly the %d tensors of a Llama with %s"
-          % (path, len(expected), config_path))
+            fail("%s: %s holds %s, which a %s with %s does not have"
+                 % (what, path, name, kind, config_path))
+    print("%s ok: %s holds exactly the %d tensors of a %s with %s"
+          % (what, path, len(expected), kind, config_path))
+
+
+# MixtralConfig's keys (transformers 5), and the two older spellings it still reads
+MIXTRAL_KEYS = {
+    "architectures", "model_type", "vocab_size", "max_position_embeddings", "hidden_size",
+    "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "hidden_act", "initializer_range", "rms_norm_eps", "use_cache", "pad_token_id",
+    "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_parameters", "sliding_window",
+    "attention_dropout", "num_experts_per_tok", "num_local_experts", "output_router_logits",
+    "router_aux_loss_coef", "router_jitter_noise", "dtype", "transformers_version",
+    "rope_theta", "torch_dtype"}
+# the keys that make two Mixtrals the same model, and MixtralConfig's defaults
+MIXTRAL_MODEL = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+                 "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                 "tie_word_embeddings": False, "num_local_experts": 8, "num_experts_per_tok": 2,
+                 "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
+                 "sliding_window": None, "hidden_act": "silu", "attention_dropout": 0.0}
+
+
+def mixtral_model(config):
+    """The values that define the model, defaults filled in, head_dim and rope_theta resolved."""
+    model = {key: config.get(key, default) for key, default in MIXTRAL_MODEL.items()}
+    heads = model["num_attention_heads"]
+    model["head_dim"] = config.get("head_dim") or model["hidden_size"] // heads
+    model["rope_theta"] = (config.get("rope_parameters") or {}).get(
+        "rope_theta", config.get("rope_theta", 1e6))
+    return model
+
+
+def cmd_expect_mixtral(path, config_path, reference_path=None):
+    with open(config_path) as f:
+        config = json.load(f)
+    if (config.get("architectures") != ["MixtralForCausalLM"]
+            or config.get("model_type") != "mixtral"):
+        fail("expect-mixtral: %s has architectures %s, model_type %s (want MixtralForCausalLM, "
+             "mixtral)" % (config_path, config.get("architectures"), config.get("model_type")))
+    unknown = sorted(set(config) - MIXTRAL_KEYS)
+    if unknown:
+        fail("expect-mixtral: %s holds %s, which MixtralConfig does not have"
+             % (config_path, ", ".join(unknown)))
+    if reference_path:
+        with open(reference_path) as f:
+            want, got = mixtral_model(json.load(f)), mixtral_model(config)
+        for key in want:
+            if got[key] != want[key]:
+                fail("expect-mixtral: %s has %s = %s, %s has %s"
+                     % (config_path, key, got[key], reference_path, want[key]))
+        print("expect-mixtral ok: %s is the Mixtral of %s (%d keys: %s)"
+              % (config_path, reference_path, len(want), ", ".join(sorted(want))))
+    cmd_expect_llama(path, config_path, "Mixtral")
 
 
 def main(argv):
@@ -336,6 +404,8 @@ def main(argv):
             cmd_compare(argv[1], argv[2], float(argv[3]))
         elif len(argv) == 3 and argv[0] == "expect-llama":
             cmd_expect_llama(argv[1], argv[2])
+        elif len(argv) in (3, 4) and argv[0] == "expect-mixtral":
+            cmd_expect_mixtral(*argv[1:])
         else:
             print("usage:\n" + usage)
             sys.exit(2)
