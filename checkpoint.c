@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "backend/backend.h"
+#include "checkpoint_tokenizer.h"
 #include "safetensors.h"
 #include "utils.h"
 
@@ -225,8 +226,7 @@ static long samples_per_step(const Config *c) {
 // files that are whole or absent
 
 static void write_synced(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
+    if (write_whole_file(path, text, strlen(text)) != 0)
         FAIL("is the disk full? checkpoint.save_dir must stay writable", "cannot write %s: %s",
              path, strerror(errno));
 }
@@ -330,8 +330,10 @@ void checkpoint_check_writable(const char *save_dir, ProcessGroupManager *pgm) {
 // ---------------------------------------------------------------------------------------------
 // saving
 
-// rank 0: a fresh <step>.tmp/ with both files' headers (every tensor's place) and config.json
-static void begin_save(const char *tmp, const ParamInfo *full, int n, const Config *cfg) {
+// rank 0: a fresh <step>.tmp/ with both files' headers (every tensor's place), the tokenizer's
+// files and config.json; returns the tokenizer, for state.json
+static CheckpointTokenizer begin_save(const char *tmp, const ParamInfo *full, int n,
+                                      const Config *cfg) {
     remove_checkpoint_dir(tmp); // what a killed save left
     if (make_dirs(tmp) != 0)
         FAIL("set checkpoint.save_dir to a folder you can write", "cannot create %s: %s", tmp,
@@ -354,14 +356,19 @@ static void begin_save(const char *tmp, const ParamInfo *full, int n, const Conf
         safetensors_create(path, entries, part == 0 ? n : 2 * n);
     }
     free(entries);
+    CheckpointTokenizer tokenizer = checkpoint_tokenizer_save(tmp, cfg);
+    Config hf = *cfg;
+    hf.bos_token_id = hf.eos_token_id = tokenizer.eos;
     snprintf(path, sizeof path, "%s/config.json", tmp);
-    if (config_save_hf(cfg, path) != 0)
+    if (config_save_hf(&hf, path) != 0)
         FAIL("is the disk full?", "cannot write %s: %s", path, strerror(errno));
+    return tokenizer;
 }
 
 // rank 0, once every rank's blocks are on disk: state.json, then the rename that makes it real
 static void commit_save(const char *dir, const char *tmp, int step, const Model *model,
-                        const Optimizer *opt, const ParamInfo *full, int n, const uint64_t *sums) {
+                        const Optimizer *opt, const ParamInfo *full, int n, const uint64_t *sums,
+                        const CheckpointTokenizer *tokenizer) {
     const Config *c = &model->cfg;
     char fingerprint[17], hex[17], path[1100];
     architecture_fingerprint(fingerprint, c);
@@ -381,6 +388,10 @@ static void commit_save(const char *dir, const char *tmp, int step, const Model 
     cJSON_AddNumberToObject(layout, "ep_size", c->ep_size);
     cJSON_AddBoolToObject(layout, "cp_zigzag", c->cp_zigzag);
     cJSON_AddStringToObject(s, "architecture_fingerprint", fingerprint);
+    if (tokenizer->fingerprint) { // ./generate checks its tokenizer against it
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tokenizer->fingerprint);
+        cJSON_AddStringToObject(s, "tokenizer_fingerprint", hex);
+    }
     cJSON *checksums = cJSON_AddObjectToObject(s, "checksums");
     for (int part = 0; part < NUM_PARTS; part++) {
         cJSON *file = cJSON_GetObjectItemCaseSensitive(checksums, PARTS[part].file);
@@ -459,7 +470,8 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     double start = now_seconds();
     int n = 0;
     ParamInfo *full = model_full_table(cfg, &n);
-    if (pgm->global_rank == 0) begin_save(tmp, full, n, cfg);
+    CheckpointTokenizer tokenizer = {0};
+    if (pgm->global_rank == 0) tokenizer = begin_save(tmp, full, n, cfg);
     barrier(&pgm->world);
 
     uint64_t *sums = xmalloc(NUM_PARTS * n * sizeof(uint64_t));
@@ -507,7 +519,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
                    step, full[nonfinite % n].name, PARTS[nonfinite / n].suffix, cfg->save_dir);
     }
     if (pgm->global_rank == 0) {
-        commit_save(dir, tmp, step, model, opt, full, n, sums);
+        commit_save(dir, tmp, step, model, opt, full, n, sums, &tokenizer);
         keep_newest(cfg->save_dir, cfg->keep_last, step);
     }
     barrier(&pgm->world);

@@ -4,6 +4,7 @@
 //   config.json            the architecture: transformers' from_pretrained opens the folder
 //   state.json             step, data position, seed, layout, architecture fingerprint, and a
 //                          checksum per tensor
+// and the tokenizer the run trained with, its bos/eos ids and fingerprint (checkpoint_tokenizer.h).
 // Each rank writes and reads only the block of each tensor it holds, at its offset in the file:
 // saving scales with the ranks, and a checkpoint written under any layout loads into any other.
 // Under ZeRO-1 (distributed.zero1) each cp*dp replica writes and reads the moments of its own

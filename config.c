@@ -30,8 +30,8 @@ typedef struct {
 #define IGNORED(sec, key, json)                                                                    \
     { sec, key, T_IGNORED, 0, 0, json }
 
-static const char *sections[] = {"distributed", "model",   "training",   "dataset",
-                                 "checkpoint",  "logging", "environment"};
+static const char *sections[] = {"distributed", "model",   "training",    "dataset",
+                                 "checkpoint",  "logging", "environment", "doremi"};
 #define NUM_SECTIONS (int)(sizeof sections / sizeof sections[0])
 
 static const Field fields[] = {
@@ -110,6 +110,9 @@ static const Field fields[] = {
     IGNORED("environment", "FLASH_ATTEN", "\"0\""),
     IGNORED("environment", "HF_TOKEN", "null"),
     KEY("environment", "PEAK_FLOPS", T_DOUBLE, peak_flops),
+    KEY("doremi", "reference_checkpoint", T_STR, doremi_reference),
+    KEY("doremi", "step_size", T_FLOAT, doremi_step_size),
+    KEY("doremi", "smoothing", T_FLOAT, doremi_smoothing),
 };
 #define NUM_FIELDS (int)(sizeof fields / sizeof fields[0])
 
@@ -212,6 +215,8 @@ void config_defaults(Config *cfg) {
     strcpy(cfg->dataset_name, "data/austen.txt");
     strcpy(cfg->save_dir, "ckpt");
     cfg->omp_num_threads = 1;
+    cfg->doremi_step_size = 1.0f;   // the paper's eta
+    cfg->doremi_smoothing = 1e-3f;  // the paper's c
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -456,6 +461,30 @@ static void config_validate_expert_parallel(const Config *c) {
           c->ep_size);
 }
 
+// DoReMi's proxy: its weights are the domains', its log goes to save_dir, and the reference runs
+// beside it in the same layout (not yet with the extensions that reshape a stage)
+static void config_validate_doremi(const Config *c) {
+    CHECK(c->dataset_domains, "doremi.reference_checkpoint is set but dataset.domains is not: "
+                              "DoReMi learns the weights of a mixture of domains");
+    CHECK(c->doremi_step_size > 0 && isfinite(c->doremi_step_size),
+          "doremi.step_size = %g must be > 0 (the paper's eta: 1)", c->doremi_step_size);
+    CHECK(c->doremi_smoothing >= 0 && c->doremi_smoothing <= 1,
+          "doremi.smoothing = %g must lie in [0, 1] (the paper's c: 1e-3)", c->doremi_smoothing);
+    CHECK(c->save_dir[0], "doremi.reference_checkpoint needs checkpoint.save_dir: the learned "
+                          "weights are written there (domain_weights.json)");
+    CHECK(strcmp(c->doremi_reference, c->save_dir) != 0,
+          "doremi.reference_checkpoint = checkpoint.save_dir = %s: the reference is another run's "
+          "checkpoint (train it first with the same domains)",
+          c->save_dir);
+    const char *with = c->pp_virtual_stages > 1 ? "distributed.pp_virtual_stages > 1"
+                       : c->sequence_parallel   ? "distributed.sequence_parallel"
+                       : c->num_experts > 0     ? "model.num_experts > 0"
+                                                : NULL;
+    CHECK(!with, "doremi.reference_checkpoint with %s is not supported yet (the reference model "
+                 "runs beside the proxy in the plain layout): turn it off",
+          with);
+}
+
 void config_validate(const Config *c) {
 #ifdef PICOTRON_GPU
     CHECK(!c->use_cpu, "distributed.use_cpu is true but this is the GPU build; run `make` for the "
@@ -604,6 +633,7 @@ void config_validate(const Config *c) {
     }
     if (c->num_experts > 0) config_validate_experts(c);
     if (c->ep_size > 1) config_validate_expert_parallel(c);
+    if (c->doremi_reference[0]) config_validate_doremi(c);
     CHECK(T <= c->max_position_embeddings,
           "training.seq_length = %d exceeds model.max_position_embeddings = %d", T,
           c->max_position_embeddings);
@@ -879,6 +909,14 @@ int config_save_hf(const Config *c, const char *path) {
         cJSON_AddBoolToObject(root, "mlp_bias", 0);
     }
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    // the tokenizer's special tokens: null when there are none, for transformers' LlamaConfig
+    // would otherwise default to 1 and 2
+    const int special[2] = {c->bos_token_id, c->eos_token_id};
+    const char *special_keys[2] = {"bos_token_id", "eos_token_id"};
+    for (int i = 0; i < 2; i++)
+        cJSON_AddItemToObject(root, special_keys[i],
+                              special[i] >= 0 ? cJSON_CreateNumber(special[i])
+                                              : cJSON_CreateNull());
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     FILE *f = text ? fopen(path, "w") : NULL;

@@ -50,6 +50,9 @@ typedef struct {
     // a mixture of domains instead of dataset_name (doremi.c): the JSON list of {"name", "path",
     // "weight"} as the config spells it; NULL: none
     char *dataset_domains;
+    // a checkpoint's special tokens, its tokenizer's (checkpoint_tokenizer.c sets them before
+    // config_save_hf writes them); -1: none, written null
+    int bos_token_id, eos_token_id;
     // checkpoint
     char save_dir[512];
     int save_frequency;  // 0: never
@@ -64,6 +67,10 @@ typedef struct {
     // environment
     int omp_num_threads;
     double peak_flops; // FLOP/s per device for MFU; 0: measure (CPU) or look up (GPU)
+    // DoReMi (doremi.c): the proxy run learns the domains' weights against a reference model
+    char doremi_reference[512]; // the reference's checkpoint (a step folder or a save_dir); "": off
+    float doremi_step_size;     // eta of the exponentiated-gradient update
+    float doremi_smoothing;     // c: the weights are mixed with uniform by this much
 } Config;
 
 // Reads and validates path; every problem is one line naming the key, then exit(1).

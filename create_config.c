@@ -89,6 +89,12 @@ static Flag flags[] = {
     OWN("domains", A_OWN,
         "name=path[:weight],...: a mixture of domains instead of --dataset, each row drawn by "
         "its weight (default 1)"),
+    OWN("domain_weights", A_OWN,
+        "PATH to a domain_weights.json (a DoReMi proxy's): the --domains' weights from it"),
+    SET("doremi_reference", A_STR, doremi_reference,
+        "DoReMi: a reference run's checkpoint; this run is the proxy that learns the weights"),
+    SET("doremi_step_size", A_FLOAT, doremi_step_size, "DoReMi's eta (default 1)"),
+    SET("doremi_smoothing", A_FLOAT, doremi_smoothing, "DoReMi's c, mixing in uniform (1e-3)"),
     SET("tokenizer", A_STR, tokenizer,
         "the tokenizer the .tok was made with (./prepare_data --tokenizer): train checks them"),
     SET("save_dir", A_STR, save_dir, "checkpoint folder (default <out_dir>/<exp_name>)"),
@@ -260,10 +266,12 @@ int main(int argc, char **argv) {
     snprintf(cfg.run_name, sizeof cfg.run_name, "%s", exp_name);
     if (flag_value("trace")) snprintf(cfg.trace, sizeof cfg.trace, "%s/trace.json", run_path);
     apply_flags(&cfg);
+    if (flag_value("domain_weights") && !flag_value("domains"))
+        user_error("create_config: --domain_weights needs --domains (the weights are theirs)");
     if (flag_value("domains") && flag_value("dataset"))
         user_error("create_config: --domains replaces --dataset: pass one of them");
     if (flag_value("domains")) { // the mixture is the dataset: dataset.name stays empty
-        cfg.dataset_domains = domain_list_json(flag_value("domains"));
+        cfg.dataset_domains = domain_list_json(flag_value("domains"), flag_value("domain_weights"));
         cfg.dataset_name[0] = '\0';
     }
     if (cfg.num_experts > 0 && cfg.moe_intermediate_size == 0) // Mixtral's experts

@@ -22,6 +22,16 @@ static int refuse(int err, const char *why) {
     return -1;
 }
 
+// fstat: 0, or -1 with fd closed, errno and file_problem set
+static int fstat_or_close(int fd, struct stat *st) {
+    if (fstat(fd, st) == 0) return 0;
+    int err = errno;
+    close(fd);
+    snprintf(file_problem, sizeof file_problem, "cannot be read: %s", strerror(err));
+    errno = err;
+    return -1;
+}
+
 // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer, so
 // fstat can refuse it; a regular file ignores the flag, which is cleared before any read
 int open_regular_file(const char *path, int flags) {
@@ -34,13 +44,7 @@ int open_regular_file(const char *path, int flags) {
         return -1;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        snprintf(file_problem, sizeof file_problem, "cannot be read: %s", strerror(err));
-        errno = err;
-        return -1;
-    }
+    if (fstat_or_close(fd, &st) != 0) return -1;
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return refuse(S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
@@ -99,22 +103,21 @@ void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char 
     fail_at(file, line, "is the disk full?", "short write to %s (%zu items of %zu bytes): %s",
             stream_path(f, buf, sizeof buf), count, size, strerror(errno));
 }
-char *read_whole_file(const char *path, size_t *size) {
-    int fd = open_regular_file(path, O_RDONLY);
-    if (fd < 0) return NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        snprintf(file_problem, sizeof file_problem, "cannot be read: %s", strerror(err));
-        errno = err;
-        return NULL;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *bytes = xmalloc(n + 1); // zeroed: text ends in '\0'
-    while (got < n) {
-        ssize_t r = read(fd, bytes + got, n - got);
+// the bytes of fd up to its end (expect: its size, when known; a stream's grows the buffer);
+// closes fd; NULL with errno and file_problem set when a read fails
+static char *read_fd(int fd, size_t expect, int stream, size_t *size) {
+    size_t cap = stream ? 65536 : expect, got = 0;
+    char *bytes = xmalloc(cap + 1); // zeroed: text ends in '\0'
+    while (stream || got < expect) {
+        if (got == cap) { // a stream longer than the buffer: double it
+            char *grown = xmalloc(2 * cap + 1);
+            memcpy(grown, bytes, got);
+            free(bytes);
+            bytes = grown, cap *= 2;
+        }
+        ssize_t r = read(fd, bytes + got, cap - got);
         if (r < 0 && errno == EINTR) continue;
+        if (r == 0 && stream) break;
         if (r <= 0) {
             int err = r < 0 ? errno : EIO;
             close(fd);
@@ -127,8 +130,39 @@ char *read_whole_file(const char *path, size_t *size) {
         got += (size_t)r;
     }
     close(fd);
-    if (size) *size = n;
+    if (size) *size = got;
     return bytes;
+}
+
+char *read_whole_file(const char *path, size_t *size) {
+    int fd = open_regular_file(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat_or_close(fd, &st) != 0) return NULL;
+    return read_fd(fd, (size_t)st.st_size, 0, size);
+}
+
+char *read_whole_stream(const char *path, size_t *size) {
+    if (strcmp(path, "-") == 0) return read_fd(dup(STDIN_FILENO), 0, 1, size);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISFIFO(st.st_mode))
+        return read_whole_file(path, size);   // a regular file, or the line saying what it is
+    int fd = open(path, O_RDONLY | O_NOCTTY); // a pipe waits for its writer here
+    if (fd < 0) {
+        snprintf(file_problem, sizeof file_problem, "cannot be opened: %s", strerror(errno));
+        return NULL;
+    }
+    return read_fd(fd, 0, 1, size);
+}
+
+int write_whole_file(const char *path, const void *bytes, size_t size) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int ok = fwrite(bytes, 1, size, f) == size && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int err = errno;
+    if (fclose(f) != 0 && ok) return -1;
+    errno = err;
+    return ok ? 0 : -1;
 }
 
 int make_dirs(const char *path) {

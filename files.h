@@ -24,6 +24,13 @@ void xfwrite_at(const void *ptr, size_t size, size_t count, FILE *f, const char 
 // The whole file, '\0'-terminated, its length in *size; NULL with errno and file_error() set when
 // it cannot be read (or is no regular file), so each caller words the one-line error its user needs
 char *read_whole_file(const char *path, size_t *size);
+// read_whole_file's twin for a stream: path "-" (standard input, whatever it is) or a FIFO (a
+// pipe: mkfifo's, bash's <(...), /dev/stdin on a pipe) is read to its end; anything else goes to
+// read_whole_file, which reads a regular file and refuses a directory or a device as ever
+char *read_whole_stream(const char *path, size_t *size);
+// Writes size bytes to path, flushed and fsync'd (a checkpoint's files are on disk when it is
+// committed): 0, or -1 with errno set
+int write_whole_file(const char *path, const void *bytes, size_t size);
 // The one way JSON text is parsed: `size` bytes read from a file (text[size] is '\0'). NULL when it
 // is not one JSON value (*error_at, if not NULL: where the parser stopped). A NUL inside a
 // string ("\u0000") or in the text would cut a C string short: one line "<where>: key a.b holds

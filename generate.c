@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include "backend/backend.h"
 #include "checkpoint.h"
+#include "checkpoint_tokenizer.h"
 #include "config.h"
 #include "model.h"
 #include "process_group_manager.h"
@@ -369,7 +370,8 @@ int main(int argc, char **argv) {
     // decode_step is the dense MLP's: a mixture of experts runs the training forward each token
     if (cfg.num_experts > 0) args.kv_cache = 0;
 
-    Tokenizer *tok = args.tokenizer ? tokenizer_load(args.tokenizer) : NULL;
+    // --tokenizer, else the checkpoint's own copy (checkpoint_tokenizer.h), else bytes
+    Tokenizer *tok = checkpoint_tokenizer_load(folder, args.tokenizer);
     size_t P;
     int *ids = prompt_ids(&P, args.prompt, tok, &cfg, folder);
 

@@ -237,7 +237,7 @@ float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale) {
     a->loss =
         vocab_parallel_cross_entropy(a->dlogits, model->logits, a->targets, loss_scale, N, V,
                                      model->vocab_start, &model->loss_buffers, model->tp.group);
-    if (model->on_loss) model->on_loss(model->loss_ctx, model->loss_buffers.losses, N);
+    if (model->on_loss) model->on_loss(model, a);
     return a->loss;
 }
 

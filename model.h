@@ -103,7 +103,7 @@ typedef struct {
 } LayerActivations;
 
 // one micro-batch in flight (one slot each)
-typedef struct {
+typedef struct Activations {
     int *tokens, *targets;    // (N) on the device
     float *resid;             // (L+chunks, Ns, C): per chunk, its layers' inputs, then its output
     LayerActivations *layers; // (L): pointers into `memory`; recomputing, all into the shared layer
@@ -163,9 +163,9 @@ typedef struct Model {
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *hook_ctx;
-    // after each micro-batch's loss on the last stage: its token losses (N), on the device, for
-    // the per-domain losses (doremi.c); NULL: none
-    void (*on_loss)(void *ctx, const float *losses, int N);
+    // after each micro-batch's loss on the last stage, where loss_buffers.losses holds its token
+    // losses and a->dlogits their gradient (each domain's loss, DoReMi's weights: doremi.c)
+    void (*on_loss)(struct Model *model, struct Activations *a);
     void *loss_ctx;
     // device bytes the extensions allocated for this model's activations (sequence parallelism's
     // gathered stream, the experts' buffers), which model_activation_bytes counts with its own

@@ -3,8 +3,9 @@
 //   ./prepare_data --tokenizer data/gpt2 --input data/austen.txt --output tmp/austen.tok
 // --input is a text file (one document), a JSON Lines file (.jsonl: one document per line, its
 // "text" field, as Hugging Face datasets export them), or a folder of such files (read in name
-// order). Documents are separated by the tokenizer's end-of-text token, so the model learns
-// where one ends. The .tok file records which tokenizer made it: train checks it against the
+// order), or "-" (standard input) or a pipe: one text document, read to its end (a .jsonl
+// needs its name). Documents are separated by the tokenizer's end-of-text token, so the model
+// learns where one ends. The .tok file records which tokenizer made it: train checks it against the
 // config's dataset.tokenizer.
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -17,9 +18,10 @@
 #include "utils.h"
 
 static const char *USAGE =
-    "usage: ./prepare_data --tokenizer PATH --input FILE|FOLDER --output FILE.tok\n"
+    "usage: ./prepare_data --tokenizer PATH --input FILE|FOLDER|- --output FILE.tok\n"
     "  --tokenizer  a tokenizer.json, or a folder with vocab.json and merges.txt (data/gpt2)\n"
-    "  --input      a text file, a .jsonl file (a \"text\" field per line), or a folder of them\n"
+    "  --input      a text file, a .jsonl file (a \"text\" field per line), a folder of them,\n"
+    "               or - (standard input) or a pipe: one text document\n"
     "  --output     the token file to write (.tok), for dataset.name in the config";
 
 typedef struct {
@@ -80,7 +82,7 @@ static void add_jsonl(Prepared *p, const char *path) {
 static void add_file(Prepared *p, const char *path) {
     if (is_jsonl(path)) return add_jsonl(p, path);
     size_t len = 0;
-    char *text = read_whole_file(path, &len);
+    char *text = read_whole_stream(path, &len); // a regular file, or "-" or a pipe to its end
     if (!text) user_error("prepare_data: %s %s", path, file_error());
     add_document(p, text, len);
     free(text);
@@ -144,21 +146,23 @@ int main(int argc, char **argv) {
                    "extension)",
                    output);
     struct stat st;
-    if (stat(input, &st) != 0) user_error("prepare_data: --input %s: %s", input, strerror(errno));
+    int stream = strcmp(input, "-") == 0; // standard input: nothing to stat
+    if (!stream && stat(input, &st) != 0)
+        user_error("prepare_data: --input %s: %s", input, strerror(errno));
 
     Prepared p = {.tokenizer = tokenizer_load(tokenizer), .start = now_seconds()};
     p.last_report = p.start;
     char **paths = NULL;
-    int num_paths = S_ISDIR(st.st_mode) ? folder_files(&paths, input) : 0;
+    int num_paths = !stream && S_ISDIR(st.st_mode) ? folder_files(&paths, input) : 0;
     for (int i = 0; i < num_paths; i++) p.input_bytes += file_size(paths[i]);
-    if (!num_paths) p.input_bytes = file_size(input);
+    if (!num_paths && !stream) p.input_bytes = file_size(input);
     if (!num_paths) add_file(&p, input);
     for (int i = 0; i < num_paths; i++) {
         add_file(&p, paths[i]);
         free(paths[i]);
     }
     free(paths);
-    if (p.n == 0) user_error("prepare_data: %s holds no text", input);
+    if (p.n == 0) user_error("prepare_data: %s holds no text", stream ? "standard input" : input);
 
     tokens_write(output, p.ids, (long)p.n, tokenizer_fingerprint(p.tokenizer),
                  tokenizer_vocab_size(p.tokenizer));

@@ -65,7 +65,8 @@ struct Tokenizer {
     int stages[MAX_STAGES], num_stages;
     int ignore_merges; // a piece that is a whole token is that token (a tokenizer.json option)
     int eot;
-    uint64_t fingerprint; // FNV-1a of the merges as they are read, then of the ids (finish)
+    uint64_t fingerprint;   // FNV-1a of the merges as they are read, then of the ids (finish)
+    char merges_path[1040]; // the merges.txt read beside a vocab.json; "": none (tokenizer.json)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -435,9 +436,9 @@ static void load_tokenizer_json(Tokenizer *t, const cJSON *root) {
 // GPT-2's own files: merges.txt beside vocab.json, one "left right" a line after "#version";
 // "<|endoftext|>" is the added special token, as GPT2TokenizerFast makes it
 static void load_vocab_and_merges(Tokenizer *t, const cJSON *vocab) {
-    char merges_path[sizeof t->path + 16];
+    char *merges_path = t->merges_path;
     const char *slash = strrchr(t->path, '/');
-    snprintf(merges_path, sizeof merges_path, "%.*smerges.txt",
+    snprintf(merges_path, sizeof t->merges_path, "%.*smerges.txt",
              slash ? (int)(slash - t->path + 1) : 0, t->path);
     size_t size;
     char *text = read_whole_file(merges_path, &size);
@@ -465,7 +466,7 @@ static void load_vocab_and_merges(Tokenizer *t, const cJSON *vocab) {
             user_error("tokenizer error: %s:%d: not \"left right\" (download merges.txt again)",
                        merges_path, number);
         *space = 0;
-        char where[sizeof merges_path + 16];
+        char where[sizeof t->merges_path + 16];
         snprintf(where, sizeof where, "%s:%d", merges_path, number);
         add_merge(t, line, space + 1, where);
     }
@@ -580,6 +581,9 @@ int tokenizer_eot(const Tokenizer *t) {
 }
 uint64_t tokenizer_fingerprint(const Tokenizer *t) {
     return t->fingerprint;
+}
+const char *tokenizer_file(const Tokenizer *t, int i) {
+    return i == 0 ? t->path : i == 1 && t->merges_path[0] ? t->merges_path : NULL;
 }
 
 const char *tokenizer_decode(const Tokenizer *t, int id, size_t *len) {

@@ -22,6 +22,9 @@ int tokenizer_eot(const Tokenizer *t);        // the end-of-text id ("<|endoftex
 // same from vocab.json + merges.txt as from the tokenizer.json made of them): token files record
 // it, so that train can refuse a file made with another tokenizer than the config names
 uint64_t tokenizer_fingerprint(const Tokenizer *t);
+// the files t was read from, i = 0, 1, ...: its tokenizer.json, or its vocab.json then merges.txt;
+// NULL past the last (a checkpoint keeps copies of them: checkpoint_tokenizer.c)
+const char *tokenizer_file(const Tokenizer *t, int i);
 
 // Appends the ids of text (len bytes) to *ids, growing it (*cap elements, realloc'd); returns the
 // new count. Added tokens written in the text (e.g. "<|endoftext|>") become their ids, as Hugging

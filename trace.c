@@ -118,6 +118,13 @@ static void align_clocks(Group *world) {
     }
 }
 
+// the picture's file beside the trace's: trace.json -> trace.svg, trace -> trace.svg
+static void svg_path_of(char *out, size_t size, const char *path) {
+    size_t len = strlen(path);
+    int json = len > 5 && strcmp(path + len - 5, ".json") == 0;
+    snprintf(out, size, "%.*s.svg", (int)(json ? len - 5 : len), path);
+}
+
 void trace_init(const char *path, int steps, ProcessGroupManager *pgm) {
     memset(&tr, 0, sizeof tr);
     tr.pgm = pgm;
@@ -126,21 +133,32 @@ void trace_init(const char *path, int steps, ProcessGroupManager *pgm) {
                              &pgm->cp_dp, &pgm->embed, &pgm->ep};
     for (int i = 0; i < 7; i++) tr.group_size[groups[i]->kind] = groups[i]->size;
     if (path[0]) {
-        // find out now, not after the run, that the file cannot be written: every rank looks at
-        // the folder (so all report it at once), rank 0 creates the file
-        char folder[512];
+        // find out now, not after the run, that a file cannot be written: rank 0 creates both
+        // (the trace and its picture), and every rank ends with its one line when one fails
+        char folder[512], svg[520], why[1400] = "";
         snprintf(folder, sizeof folder, "%s", path);
         char *slash = strrchr(folder, '/');
         if (!slash)
             snprintf(folder, sizeof folder, ".");
         else
             slash[slash == folder] = '\0'; // "/trace.json" lies in "/"
-        FILE *f = NULL;
-        if (access(folder, W_OK) != 0 || (pgm->global_rank == 0 && !(f = fopen(path, "w"))))
-            user_error("config error: logging.trace = \"%s\" cannot be written: %s (name a file "
-                       "in a folder that exists)",
-                       path, strerror(errno));
-        if (f) fclose(f);
+        svg_path_of(svg, sizeof svg, path);
+        const char *files[2] = {path, svg};
+        for (int i = 0; i < 2 && pgm->global_rank == 0 && !why[0]; i++) {
+            FILE *f = access(folder, W_OK) == 0 ? fopen(files[i], "w") : NULL;
+            if (!f)
+                snprintf(why, sizeof why,
+                         "config error: logging.trace = \"%s\": %s cannot be written: %s (name a "
+                         "file in a folder that exists)",
+                         path, files[i], strerror(errno));
+            if (f) fclose(f);
+        }
+        int failed = why[0] != '\0';
+        Handle h = {.count = 1};
+        mpiCheck(
+            MPI_Iallreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, pgm->world.comm, &h.req[0]));
+        comm_wait(&h);
+        if (failed) user_error("%s", why); // rank 0 says why; every rank exits
         snprintf(tr.path, sizeof tr.path, "%s", path);
         tr.events = xmalloc(MAX_EVENTS * sizeof(Event));
     }
@@ -453,7 +471,10 @@ static void write_chrome_trace(const Event *ev, const int *counts, const RankRep
         }
     }
     fputs("\n]}\n", f);
-    if (ferror(f) | fclose(f)) FAIL("check the disk", "cannot write %s", tr.path);
+    int err = ferror(f) ? EIO : 0;
+    if (fclose(f) != 0) err = errno;
+    if (err) // one line; the abort ends the other ranks, which are past their last collective
+        fail_job("cannot write logging.trace %s: %s (is the disk full?)", tr.path, strerror(err));
 }
 
 // 1, 2 or 5 times a power of ten: about `target` ticks across `range`
@@ -568,9 +589,7 @@ void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mo
             }
             write_chrome_trace(ev, counts, all, ranks, origin);
             char svg[520];
-            size_t len = strlen(tr.path);
-            int json = len > 5 && strcmp(tr.path + len - 5, ".json") == 0;
-            snprintf(svg, sizeof svg, "%.*s.svg", (int)(json ? len - 5 : len), tr.path);
+            svg_path_of(svg, sizeof svg, tr.path);
             int last = tr.steps_begun < tr.trace_steps ? tr.steps_begun : tr.trace_steps;
             write_timeline_svg(svg, ev, counts, all, ranks, tr.step - tr.steps_begun + last);
             printf("trace: %s (open it in ui.perfetto.dev or chrome://tracing) and %s, %ld events "

@@ -125,8 +125,6 @@ int main(int argc, char **argv) {
                            : pipeline_num_slots(&cfg, pgm.pp_rank));
     MicroBatchDataLoader loader;
     micro_batch_loader_init(&loader, &ds, &cfg, pgm.dp_rank, pgm.dp_size, positions, T);
-    DomainLosses domain_losses;
-    if (cfg.dataset_domains) domain_losses_init(&domain_losses, &model, &mixture, &loader);
     DataParallel dp; // the model's backward hook: picotron's register_backward_hook
     Zero zero;       // distributed.zero1: the buckets reduce-scattered, AdamW on a shard
     ExpertBuckets experts;
@@ -167,6 +165,9 @@ int main(int argc, char **argv) {
                "training.total_train_steps = %d (raise it to train on)\n",
                cfg.load_path, first_step - 1, cfg.total_train_steps);
     long tokens_seen = (first_step - 1) * tokens_per_step;
+    DomainLosses domain_losses; // dataset.domains: each domain's loss, and DoReMi's weights
+    if (cfg.dataset_domains)
+        domain_losses_init(&domain_losses, &model, &mixture, &loader, &shard, logger, first_step);
     FILE *metrics =
         logger && cfg.metrics_file[0] ? metrics_open(cfg.metrics_file, first_step) : NULL;
     catch_stop_signals();
@@ -183,6 +184,7 @@ int main(int argc, char **argv) {
         trace_step_begin(step);
         backend_step_begin(); // the weights stay as they are until the optimizer's step
         device_zero(model.grads, model.num_params * sizeof(float));
+        if (cfg.dataset_domains) domain_losses_begin(&domain_losses, step - 1);
         float loss = cfg.pp_size == 1 ? train_step(&model, &dp, &loader, step - 1)
                      : interleaved    ? train_step_pipeline_interleaved(&pipe, step - 1)
                                       : pipeline_train_step(&pipe, step - 1);
@@ -216,7 +218,7 @@ int main(int argc, char **argv) {
         loss = average_loss_across_dp_cp_ranks(loss, model.scalar, &pgm.cp_dp);
         float aux = moe_step_aux_loss(&model); // the load-balancing loss; the loss stays the CE
         char domains[4096] = "";
-        if (cfg.dataset_domains) domain_losses_step(&domain_losses, &pgm.cp_dp);
+        if (cfg.dataset_domains) domain_losses_step(&domain_losses, step);
         if (cfg.dataset_domains) domain_losses_json(domains, sizeof domains, &domain_losses);
         device_synchronize();
         trace_step_end();
@@ -250,7 +252,7 @@ int main(int argc, char **argv) {
                pgm.global_rank, dp.started_during_backward,
                cfg.zero1 ? "reduce-scatters" : "all-reduces", dp.num_buckets * steps_run);
     if (logger) moe_report(&model);
-    if (logger && cfg.dataset_domains) domain_losses_report(&domain_losses);
+    if (logger && cfg.dataset_domains) domain_losses_report(&domain_losses, cfg.save_dir);
     if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
         printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
                pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);

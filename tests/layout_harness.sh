@@ -17,6 +17,8 @@ HARNESS_DISTRIBUTED_EXTRA=${HARNESS_DISTRIBUTED_EXTRA:-}
 HARNESS_MODEL_EXTRA=${HARNESS_MODEL_EXTRA:-}
 # the dataset section's keys, e.g. a mixture of domains (tests/t_19_domains.sh)
 HARNESS_DATASET=${HARNESS_DATASET:-'"name": "data/pride_and_prejudice.txt"'}
+# more sections, e.g. ', "doremi": {...}' (tests/t_69_doremi.sh)
+HARNESS_SECTIONS=${HARNESS_SECTIONS:-}
 HARNESS_DIR=$(mktemp -d /tmp/picotron-layouts.XXXXXX)
 trap 'rm -rf "$HARNESS_DIR"' EXIT
 harness_failures=0
@@ -64,7 +66,7 @@ run_layout() {
               "recompute": $recompute},
  "dataset": {$dataset},
  "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $save, "load_path": "$load"},
- "logging": {"metrics_file": "$dir/metrics.jsonl"}}
+ "logging": {"metrics_file": "$dir/metrics.jsonl"}$HARNESS_SECTIONS}
 JSON
     local np=$((tp * cp * pp * dp))
     if ! timeout 300 mpirun -np $np "$HARNESS_TRAIN" --config "$dir/config.json" >"$dir/log" 2>&1; then

@@ -52,19 +52,9 @@ for kind in "${kinds[@]}"; do
         echo "ok   $kind: exit $rc: $(sed "s|$dir|DIR|g" "$dir/err")"
     fi
 done
-# the Python that makes them: TOKENIZERS_PYTHON, python3 when it has the packages, else a venv of
-# the pinned versions in build/ (made once, when pip can reach its index; otherwise this skips)
-python=${TOKENIZERS_PYTHON:-python3}
-venv=${PICOTRON_BUILD:-build}/tokenizers-venv
-if ! $python -c "import tokenizers, transformers" 2>/dev/null && [ -z "${TOKENIZERS_PYTHON:-}" ]; then
-    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import tokenizers, transformers" 2>/dev/null; then
-        rm -rf "$venv"
-        { python3 -m venv "$venv" &&
-          timeout 300 "$venv/bin/pip" install -q tokenizers==0.23.3 transformers==5.24.0; } \
-            >"$dir/pip.log" 2>&1 || rm -rf "$venv"
-    fi
-    [ -x "$venv/bin/python" ] && python=$venv/bin/python
-fi
+# the Python that makes them: TOKENIZERS_PYTHON, python3, or a venv of the pinned versions
+source tests/tokenizers_python.sh
+tokenizers_python "$dir/pip.log"
 if $python -c "import tokenizers, transformers" 2>/dev/null; then
     mkdir -p "$dir/tree/tests/reference" "$dir/tree/tests/fixtures"
     cp -r data "$dir/tree/"

@@ -3,6 +3,8 @@
 # which tokenizer made it, and ./train learns from it.
 #  1. documents (a text file, JSON Lines, a folder of both) are separated by the end-of-text token,
 #     and each document's ids are the ones it gets alone
+#     and a stream (`--input -` from a pipe, a FIFO made by mkfifo, bash's <(...)) gives the very
+#     .tok bytes of the same text as a file (the novel: 0.68 MB, longer than one read)
 #  2. training on the GPT-2-tokenised novel (vocabulary 50304, 2 ranks) starts near ln(vocab) and
 #     the loss falls
 #  3. bad input ends with one line: a missing or malformed tokenizer, a token file made with another
@@ -40,6 +42,15 @@ check "a folder of 2 text files and 4 JSON lines (2 blank): 4 documents, 3 end-o
 # 2. training on BPE tokens
 prepare --input data/pride_and_prejudice.txt --output "$dir/pp.tok" >"$dir/pp.log"
 echo "     $(cat "$dir/pp.log")"
+cat data/pride_and_prejudice.txt | prepare --input - --output "$dir/stdin.tok" >/dev/null
+check "cat novel | ./prepare_data --input -: the same .tok bytes as the file" cmp "$dir/stdin.tok" "$dir/pp.tok"
+mkfifo "$dir/fifo"
+cat data/pride_and_prejudice.txt >"$dir/fifo" &
+prepare --input "$dir/fifo" --output "$dir/fifo.tok" >/dev/null
+wait
+check "a FIFO (mkfifo) as --input: the same .tok bytes as the file" cmp "$dir/fifo.tok" "$dir/pp.tok"
+prepare --input <(cat "$dir/a.txt") --output "$dir/process.tok" >/dev/null
+check "--input <(cat a.txt): the same .tok bytes as a.txt" cmp "$dir/process.tok" "$dir/a.tok"
 ./create_config --out_dir "$dir" --exp_name bpe --model_name picotron-tiny --vocab_size 50304 \
     --dataset "$dir/pp.tok" --tokenizer data/gpt2 --dp 2 --total_train_steps 20 --seq_len 64 \
     --mbs 2 --learning_rate 3e-3 --metrics_file "$dir/bpe.jsonl" --overwrite >/dev/null
@@ -75,5 +86,7 @@ printf '{"text": "fine"}\n{"title": "no text"}\n' >"$dir/bad.jsonl"
 one_line "a JSON line without text" "$dir/bad.jsonl line 2 is not a JSON object with a \"text\" string" \
     ./prepare_data --tokenizer data/gpt2 --input "$dir/bad.jsonl" --output "$dir/bad.tok"
 one_line "output not .tok" "must end in .tok" ./prepare_data --tokenizer data/gpt2 --input "$dir/a.txt" --output "$dir/a.bin"
+one_line "empty standard input" "prepare_data: standard input holds no text" \
+    sh -c "./prepare_data --tokenizer data/gpt2 --input - --output $dir/x.tok </dev/null"
 one_line "missing input" "prepare_data: --input $dir/none.txt" ./prepare_data --tokenizer data/gpt2 --input "$dir/none.txt" --output "$dir/x.tok"
 exit $((failures > 0))

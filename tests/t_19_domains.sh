@@ -12,20 +12,13 @@ bin=${PICOTRON_BUILD:-build}/tests/test_domains
 [ -x "$bin" ] || { echo "$bin is not built (run make)"; exit 1; }
 work=$(mktemp -d /tmp/picotron-domains.XXXXXX)
 status=0
-say() { printf "%-4s %s\n" "$1" "$2"; [ "$1" = ok ] || status=1; }
+. tests/domains_lib.sh
 
 # 1
 "$bin" "$work" | sed 's/^/     /'
 [ "${PIPESTATUS[0]}" = 0 ] && say ok "the sampler" || say FAIL "the sampler"
 
-# the domains: a learnable one (sums, as text) and one that cannot be learnt (random bytes, fixed
-# by a seed so that every run of the test reads the same)
-awk 'BEGIN { srand(3); for (i = 0; i < 40000; i++) { a = int(rand() * 100); b = int(rand() * 100);
-             printf "%d+%d=%d\n", a, b, a + b } }' >"$work/sums.txt"
-python3 -c "import random; random.seed(5); open('$work/random.txt', 'wb').write(bytes(random.getrandbits(8) for _ in range(200000)))"
-three='"domains": [{"name": "novel", "path": "data/pride_and_prejudice.txt", "weight": 2},
-                  {"name": "sums", "path": "'$work/sums.txt'", "weight": 1},
-                  {"name": "random", "path": "'$work/random.txt'", "weight": 1}]'
+make_domains "$work"
 
 # 2: one domain is the corpus itself
 STEPS=5 HARNESS_DATASET='"domains": [{"name": "novel", "path": "data/pride_and_prejudice.txt"}]'
@@ -49,7 +42,7 @@ report=$(sed 's/.*"loss": \([-0-9.e+]*\),.*"domain_loss": {"novel": \([-0-9.e+]*
 
 # 3: three domains in four layouts
 STEPS=10
-HARNESS_DATASET=$three
+HARNESS_DATASET=$THREE_DOMAINS
 # domain_losses NAME: one line per step, the three domains' losses
 domain_losses() {
     sed 's/.*"domain_loss": {"novel": \([^,]*\), "sums": \([^,]*\), "random": \([^}]*\)}.*/\1 \2 \3/' \
@@ -75,17 +68,6 @@ sed -n 's/^  \(novel\|sums\|random\) /     &/p' "$HARNESS_DIR/mix/log"
 
 # 4: malformed lists, each one line naming what is wrong (after MPICH's own abort lines)
 base=$HARNESS_DIR/mix/config.json
-bad() { # bad NAME PYTHON WANT: cfg edited by PYTHON must end in one line matching WANT
-    python3 -c "import json; cfg = json.load(open('$base')); $2; json.dump(cfg, open('$work/$1.json', 'w'))"
-    timeout 30 ./train --config "$work/$1.json" >"$work/$1.out" 2>&1
-    local rc=$? lines
-    lines=$(grep -v -e '^Abort(' -e '^application called MPI_Abort' "$work/$1.out" | grep -c .)
-    if [ $rc = 1 ] && [ "$lines" = 1 ] && grep -q -- "$3" "$work/$1.out"; then
-        say ok "$1: exit 1: $(grep -- "$3" "$work/$1.out")"
-    else
-        say FAIL "$1: exit $rc, $lines lines (want one matching '$3'): $(head -c 300 "$work/$1.out")"
-    fi
-}
 D='cfg["dataset"]["domains"]'
 bad not_a_list "$D = 'novel'" 'dataset.domains must be a list'
 bad empty "$D = []" 'dataset.domains is empty'

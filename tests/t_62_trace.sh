@@ -10,7 +10,9 @@
 #     (p-1)/(m+p-1) = 3/7, and with m=8 it is smaller;
 #  4. naive data parallelism trains to the very same losses as the bucketed one and hides none of
 #     its all-reduce time (under NAIVE_HIDDEN_MAX_PERCENT);
-#  5. a logging.trace that cannot be written is one line naming the key;
+#  5. a logging.trace that cannot be written is one line naming the key, before step 1, and so is
+#     its picture (trace.svg a folder); a write that fails at the end (each file a link to
+#     /dev/full, a full disk) ends the job, exit 1, with one line naming the file;
 #  6. the report's memory table (from the shapes) is 95-100% of the allocator's own peak.
 # The trace's times and the bubble depend on the machine: 8 ranks on 2 cores share them, which is
 # why the bubble is compared with a tolerance (measured 0.45-0.47 here against 0.429).
@@ -176,12 +178,32 @@ for mode in ("naive", "bucketed"):
 sys.exit(1 if fails else 0)
 PY
 
-# 5. an unwritable trace path
-config bad '"dp_size": 2' '' '"total_train_steps": 1, "seq_length": 32' '"trace": "/nonexistent/x/trace.json"'
-out=$(timeout 60 mpirun -np 2 ./train --config "$dir/bad/config.json" 2>&1); rc=$?
-if [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "logging.trace"; then
-    echo "ok   unwritable trace: $out"
-else
-    echo "FAIL unwritable trace (exit $rc): $out"; failures=$((failures + 1))
-fi
+# 5. an unwritable trace path, and an unwritable picture: one line, before step 1
+refused_at_start() { # NAME TRACE WANT: a run whose logging.trace is TRACE exits 1, one line matching WANT
+    config "$1" '"dp_size": 2' '' '"total_train_steps": 1, "seq_length": 32' "\"trace\": \"$2\""
+    local out rc
+    out=$(timeout 60 mpirun -np 2 ./train --config "$dir/$1/config.json" 2>&1); rc=$?
+    if [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "$3"; then
+        echo "ok   $1: ${out//$dir/DIR}"
+    else
+        echo "FAIL $1 (exit $rc): $out"; failures=$((failures + 1))
+    fi
+}
+refused_at_start unwritable_trace /nonexistent/x/trace.json "logging.trace"
+mkdir -p "$dir/unwritable_picture/trace.svg" "$dir/full_json" "$dir/full_svg"
+refused_at_start unwritable_picture "$dir/unwritable_picture/trace.json" \
+    "logging.trace.*trace.svg cannot be written: Is a directory"
+# a write that fails at the end: one line, not counting MPICH's own after the abort
+for kind in json svg; do
+    ln -s /dev/full "$dir/full_$kind/trace.$kind"
+    config full_$kind '"dp_size": 2' '' '"total_train_steps": 1, "seq_length": 32' "\"trace\": \"$dir/full_$kind/trace.json\""
+    timeout 60 mpirun -np 2 ./train --config "$dir/full_$kind/config.json" >"$dir/full_$kind/log" 2>&1; rc=$?
+    out=$(grep -v '^\(Abort\|\[unset\]\|=\)' "$dir/full_$kind/log" | grep "cannot write")
+    if [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "trace.$kind: No space left on device" &&
+        grep -q "Step: 1 " "$dir/full_$kind/log"; then
+        echo "ok   trace.$kind on a full disk: the job ends after step 1, exit 1: ${out//$dir/DIR}"
+    else
+        echo "FAIL trace.$kind on a full disk (exit $rc): $(tail -n 3 "$dir/full_$kind/log")"; failures=$((failures + 1))
+    fi
+done
 [ $failures -eq 0 ]

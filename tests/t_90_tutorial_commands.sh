@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tutorial's commands run as written and print what the chapters show. Every ```sh block of
-# tutorial/0*.md whose first line is "# run" runs, in chapter order, from the repo root (bash -e
+# tutorial/[0-9][0-9]_*.md whose first line is "# run" runs, in chapter order, from the repo root (bash -e
 # -o pipefail, each under timeout BLOCK_TIMEOUT_S), with OUT set to a temporary folder so the
 # experiments land there and not in tmp/. A block fails when it exits non-zero, or when the
 # ```output block that follows it (before the next ```sh block) shows a line it did not print.
@@ -34,7 +34,7 @@ for bin in ./train ./create_config; do
     [ -x "$bin" ] || { echo "$bin is missing: build it with make"; exit 1; }
 done
 chapters=()
-for prefix in ${TUTORIAL_ONLY:-0}; do chapters+=(tutorial/"$prefix"*.md); done
+for prefix in ${TUTORIAL_ONLY:-[0-9][0-9]_}; do chapters+=(tutorial/$prefix*.md); done
 if [ -n "${TUTORIAL_OUT:-}" ]; then
     mkdir -p "$TUTORIAL_OUT" && OUT=$(cd "$TUTORIAL_OUT" && pwd) || exit 1
     rm -rf "$OUT/.blocks"
@@ -181,7 +181,7 @@ done
 if [ -z "${TUTORIAL_ONLY:-}" ] && [ -d tutorial/images ]; then
     for file in tutorial/images/*; do
         [ -e "$file" ] || break
-        grep -q "](images/${file#tutorial/images/})" tutorial/0*.md ||
+        grep -q "](images/${file#tutorial/images/})" tutorial/[0-9][0-9]_*.md ||
             { echo "FAIL $file: no chapter shows it"; failed=$((failed + 1)); }
     done
 fi
