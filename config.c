@@ -707,6 +707,8 @@ static cJSON *field_json(const Config *cfg, const Field *f) {
 int config_save(const Config *cfg, const char *path) {
     cJSON *root = cJSON_CreateObject();
     for (int s = 0; s < NUM_SECTIONS; s++) {
+        // picotron's seven sections always; the ones beyond it only when they are used
+        if (strcmp(sections[s], "doremi") == 0 && !cfg->doremi_reference[0]) continue;
         cJSON *section = cJSON_AddObjectToObject(root, sections[s]);
         for (int i = 0; i < NUM_FIELDS; i++)
             if (strcmp(fields[i].section, sections[s]) == 0)
