@@ -10,6 +10,7 @@
     X(fill_columns)                                                                                \
     X(add_inplace)                                                                                 \
     X(scale_inplace)                                                                               \
+    X(scale_rows)                                                                                  \
     X(sum_squares)                                                                                 \
     X(sum_reduce)                                                                                  \
     X(matmul_forward)                                                                              \

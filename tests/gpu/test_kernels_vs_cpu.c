@@ -99,6 +99,13 @@ static void test_elementwise(void) {
     cpu_scale_inplace(y, 0.37f, n);
     scale_inplace(dy, 0.37f, n);
     check("scale_inplace", dy, y, n, 0.0);
+    int rows = 1009, cols = 991; // rows * cols <= n; a row's scale must reach exactly its row
+    float *scale = random_host(rows, -2, 2), *dscale = to_device(scale, rows * 4);
+    cpu_scale_rows(y, scale, rows, cols);
+    scale_rows(dy, dscale, rows, cols);
+    check("scale_rows", dy, y, n, 0.0);
+    free(scale);
+    device_free(dscale);
     cpu_fill(x, -1.25f, 1000);
     fill(dx, -1.25f, 1000);
     check("fill", dx, x, n, 0.0);
