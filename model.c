@@ -87,7 +87,7 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
     for (int i = 0; i < model->num_tensors; i++) {
         const ParamInfo *p = &model->table[i];
         init_tensor(model->params + p->offset, (uint64_t)cfg->seed, hash_string(p->name),
-                    p->init_kind, p->init_bound, p->rows, p->cols, p->row0, p->col0,
+                    p->init_kind, p->init_bound, param_rows_in_file(p), p->cols, p->row0, p->col0,
                     p->global_cols);
     }
 
