@@ -106,7 +106,8 @@ static int full_index(const ParamInfo *full, int n, const char *name) {
     return j;
 }
 
-// p's tensor (of the given part) in whichever file holds it, its shape checked against p's
+// p's tensor (of the given part) in whichever file holds it, its shape checked against p's (the
+// rows without the vocabulary's padding)
 static const SafetensorsTensor *find_tensor(const SafetensorsFile **file,
                                             const SafetensorsFile *files, int num_files,
                                             const ParamInfo *p, int part) {
@@ -115,10 +116,10 @@ static const SafetensorsTensor *find_tensor(const SafetensorsFile **file,
     for (int i = 0; i < num_files; i++) {
         const SafetensorsTensor *t = safetensors_find(&files[i], name);
         if (!t) continue;
-        if (t->rows != p->global_rows || t->cols != p->global_cols)
+        if (t->rows != p->file_rows || t->cols != p->global_cols)
             user_error("checkpoint error: %s holds %s as %ld x %ld, this config's is %d x %d (the "
                        "architecture must match)",
-                       files[i].path, name, t->rows, t->cols, p->global_rows, p->global_cols);
+                       files[i].path, name, t->rows, t->cols, p->file_rows, p->global_cols);
         *file = &files[i];
         return t;
     }
@@ -126,8 +127,16 @@ static const SafetensorsTensor *find_tensor(const SafetensorsFile **file,
                files[0].path, name);
 }
 
+// The part of block b that a checkpoint holds, in place: its rows less the vocabulary's padding
+// (vocab_padding.c), which is never written, and read as zeros. 0: none of it.
+static int clip_to_file(ParamInfo *b) {
+    b->rows = param_rows_in_file(b);
+    return b->rows > 0;
+}
+
 // reads this rank's elements of every tensor of one part into host (the part's buffer: the
-// parameters, or opt's moments; opt NULL: every element of p at p->offset); with sums, adds the
+// parameters, or opt's moments; opt NULL: every element of p at p->offset, the padding's zeros
+// left as host holds them); with sums, adds the
 // checksum of each block this rank writes at its whole-model index. *nonfinite: lowered to
 // part * n + that index for a tensor holding an inf or a NaN (the caller starts it at 3n).
 static void read_part(float *host, const Model *model, const Optimizer *opt,
@@ -140,6 +149,7 @@ static void read_part(float *host, const Model *model, const Optimizer *opt,
         const SafetensorsTensor *t = find_tensor(&f, files, num_files, p, part);
         int count = part_blocks(blocks, p, opt, part);
         for (int k = 0; k < count; k++) {
+            if (!clip_to_file(&blocks[k])) continue;
             safetensors_read_block(host + blocks[k].offset, f, t, &blocks[k]);
             int finite = 1, j = full_index(full, n, p->name);
             uint64_t sum = checksum_block(host + blocks[k].offset, &blocks[k], &finite);
@@ -347,11 +357,11 @@ static CheckpointTokenizer begin_save(const char *tmp, const ParamInfo *full, in
         int first = part == 2 ? n : 0;
         for (int j = 0; j < n; j++) {
             SafetensorsEntry *e = &entries[first + j];
-            *e = (SafetensorsEntry){.rows = full[j].global_rows,
+            *e = (SafetensorsEntry){.rows = full[j].file_rows,
                                     .cols = full[j].global_cols,
-                                    .ndim = full[j].conv_shape         ? 3 // (rows, 1, cols)
-                                            : full[j].global_rows == 1 ? 1 // norms are 1-D
-                                                                       : 2};
+                                    .ndim = full[j].conv_shape       ? 3 // (rows, 1, cols)
+                                            : full[j].file_rows == 1 ? 1 // norms are 1-D
+                                                                     : 2};
             snprintf(e->name, sizeof e->name, "%s%s", full[j].name, PARTS[part].suffix);
         }
         if (part == 1) continue; // its file waits for the second moments
@@ -499,6 +509,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
             const SafetensorsTensor *t = find_tensor(&unused, &f, 1, p, part);
             int count = part_blocks(blocks, p, opt, part);
             for (int k = 0; k < count; k++) {
+                if (!clip_to_file(&blocks[k])) continue;
                 safetensors_write_block(&f, t, host + blocks[k].offset, &blocks[k]);
                 int finite = 1, j = part * n + full_index(full, n, p->name);
                 sums[j] += checksum_block(host + blocks[k].offset, &blocks[k], &finite);
@@ -527,7 +538,7 @@ void checkpoint_save(const Model *model, const Optimizer *opt, int step) {
     barrier(&pgm->world);
     if (pgm->global_rank == 0) {
         double floats = 0;
-        for (int j = 0; j < n; j++) floats += (double)full[j].global_rows * full[j].global_cols;
+        for (int j = 0; j < n; j++) floats += (double)full[j].file_rows * full[j].global_cols;
         printf("[rank 0] checkpoint %s: %.1f MB in %.2f s\n", dir,
                NUM_PARTS * floats * sizeof(float) / 1e6, now_seconds() - start);
         fflush(stdout);
@@ -673,8 +684,9 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
     // without opt (./generate) the moments are read and checked, and kept nowhere
     float *buffers[NUM_PARTS] = {model->params, opt ? opt->m : NULL, opt ? opt->v : NULL};
     for (int part = 0; part < NUM_PARTS; part++) {
-        read_part(host, model, opt, &files[part ? 1 : 0], 1, part, sums, full, n, &nonfinite);
         size_t floats = part == 0 ? model->num_params : opt ? opt->num_params : 0;
+        memset(host, 0, model->num_params * sizeof(float)); // the padding's rows read as zeros
+        read_part(host, model, opt, &files[part ? 1 : 0], 1, part, sums, full, n, &nonfinite);
         if (buffers[part]) host_to_device(buffers[part], host, floats * sizeof(float));
     }
     all_reduce_host(sums, NUM_PARTS * n, MPI_UINT64_T, MPI_SUM, &model->pgm->world);

@@ -3,6 +3,7 @@
 // and the "unknown key" message, so a new key is one line here and one field in config.h.
 #include "config.h"
 #include "utils.h"
+#include "vocab_padding.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -60,6 +61,7 @@ static const Field fields[] = {
     KEY("model", "hidden_size", T_INT, hidden_size),
     KEY("model", "intermediate_size", T_INT, intermediate_size),
     KEY("model", "vocab_size", T_INT, vocab_size),
+    KEY("model", "make_vocab_size_divisible_by", T_INT, make_vocab_size_divisible_by),
     KEY("model", "rms_norm_eps", T_FLOAT, rms_norm_eps),
     KEY("model", "rope_theta", T_FLOAT, rope_theta),
     KEY("model", "max_position_embeddings", T_INT, max_position_embeddings),
@@ -235,6 +237,7 @@ void config_defaults(Config *cfg) {
     cfg->trace_steps = 3;
     strcpy(cfg->model_name, "picotron-tiny");
     config_apply_preset(cfg, cfg->model_name);
+    cfg->make_vocab_size_divisible_by = 1; // no padding
 #ifdef PICOTRON_GPU
     strcpy(cfg->dtype, "bfloat16"); // picotron's default on GPUs (GEMMs in bf16, fp32 master)
 #else
@@ -564,10 +567,12 @@ static void config_validate_mamba(const Config *c) {
           "distributed.tp_size = %d does not divide the Mamba's channels, model.expand * "
           "model.hidden_size = %d (each tp rank holds d_inner / tp_size of them)",
           c->tp_size, c->expand * c->hidden_size);
-    CHECK(c->vocab_size % c->tp_size == 0,
-          "model.vocab_size = %d is not divisible by distributed.tp_size = %d (each tp rank "
-          "holds vocab_size/tp_size rows; pad vocab_size to a multiple of %d)",
-          c->vocab_size, c->tp_size, c->tp_size);
+    CHECK(vocab_size_with_padding(c) % c->tp_size == 0,
+          "model.vocab_size = %d, padded to %d rows (model.make_vocab_size_divisible_by = %d), is "
+          "not divisible by distributed.tp_size = %d: set model.make_vocab_size_divisible_by to a "
+          "multiple of %d",
+          c->vocab_size, vocab_size_with_padding(c), c->make_vocab_size_divisible_by, c->tp_size,
+          c->tp_size);
     const char *unsupported = c->cp_size > 1             ? "distributed.cp_size > 1"
                               : c->cp_zigzag             ? "distributed.cp_zigzag"
                               : c->sequence_parallel     ? "distributed.sequence_parallel"
@@ -611,6 +616,7 @@ void config_validate(const Config *c) {
         {"model.num_attention_heads", c->num_attention_heads, 1, 1 << 14},
         {"model.num_key_value_heads", c->num_key_value_heads, 1, 1 << 14},
         {"model.vocab_size", c->vocab_size, 1, 1 << 24},
+        {"model.make_vocab_size_divisible_by", c->make_vocab_size_divisible_by, 1, 1 << 16},
         {"model.max_position_embeddings", c->max_position_embeddings, 1, 1 << 24},
         {"model.num_experts", c->num_experts, 0, 1 << 14},
         {"training.total_train_steps", c->total_train_steps, 1, 1 << 30},
@@ -690,10 +696,15 @@ void config_validate(const Config *c) {
         CHECK(c->intermediate_size % tp == 0,
               "distributed.tp_size = %d does not divide model.intermediate_size = %d", tp,
               c->intermediate_size);
-        CHECK(c->vocab_size % tp == 0,
-              "model.vocab_size = %d is not divisible by distributed.tp_size = %d (each tp rank "
-              "holds vocab_size/tp_size rows; pad vocab_size to a multiple of %d)",
-              c->vocab_size, tp, tp);
+        CHECK(vocab_size_with_padding(c) % tp == 0,
+              "model.vocab_size = %d, padded to %d rows (model.make_vocab_size_divisible_by = %d), "
+              "is "
+              "not divisible by distributed.tp_size = %d (each tp rank holds an equal share of the "
+              "rows): set model.make_vocab_size_divisible_by to a multiple of %d, e.g. %d (the "
+              "padded "
+              "rows never get probability)",
+              c->vocab_size, vocab_size_with_padding(c), c->make_vocab_size_divisible_by, tp, tp,
+              128 % tp == 0 ? 128 : 128 * tp);
     }
     if (c->cp_zigzag)
         CHECK(T % (2 * cp) == 0,

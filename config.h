@@ -23,6 +23,8 @@ typedef struct {
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
     int num_key_value_heads, vocab_size, max_position_embeddings, tie_word_embeddings;
     float rms_norm_eps, rope_theta;
+    // the embedding and the head hold vocab_size rounded up to a multiple of it (vocab_padding.c)
+    int make_vocab_size_divisible_by;
     char dtype[16]; // "float32" or "bfloat16" (GPU only)
     // mixture of experts (model_moe.c): num_experts 0 is the dense Llama; else every layer's MLP
     // is num_experts SwiGLU experts of moe_intermediate_size features, num_experts_per_tok of

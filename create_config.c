@@ -65,6 +65,8 @@ static Flag flags[] = {
     SET("hidden_size", A_INT, hidden_size, "override the model's hidden size"),
     SET("intermediate_size", A_INT, intermediate_size, "override the model's MLP size"),
     SET("vocab_size", A_INT, vocab_size, "override the model's vocabulary size"),
+    SET("make_vocab_size_divisible_by", A_INT, make_vocab_size_divisible_by,
+        "pad the embedding and head to a multiple of N rows (Megatron's), masked out of the loss"),
     SET("num_experts", A_INT, num_experts,
         "mixture of experts: experts per layer, each MLP becomes a routed set (0: dense)"),
     SET("num_experts_per_tok", A_INT, num_experts_per_tok, "experts each token is routed to"),

@@ -94,8 +94,8 @@ void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const
             mamba_init_tensor(model, p); // a Mamba's own kinds
         else
             init_tensor(model->params + p->offset, (uint64_t)cfg->seed, hash_string(p->name),
-                        p->init_kind, p->init_bound, p->rows, p->cols, p->row0, p->col0,
-                        p->global_cols);
+                        p->init_kind, p->init_bound, param_rows_in_file(p), p->cols, p->row0,
+                        p->col0, p->global_cols);
     }
     model_rope_tables(model, shard->positions);
     if (cfg->num_experts > 0) moe_alloc_buffers(model); // first: the layers' sizes need it

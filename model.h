@@ -21,9 +21,11 @@ enum { UNIFORM = 0, NORMAL = 1, CONSTANT = 2, MAMBA_A_LOG = 3, MAMBA_DT_BIAS = 4
 
 // One tensor of the flat parameter buffer, named as Hugging Face Llama names it. This rank holds
 // the block [row0, row0+rows) x [col0, col0+cols) of the full (global_rows, global_cols) tensor.
+// A checkpoint holds its first file_rows rows: all of them, but the vocabulary's padding.
 typedef struct {
     char name[96];
     int rows, cols, row0, col0, global_rows, global_cols;
+    int file_rows; // global_rows less the padding of the embedding and head (vocab_padding.c)
     size_t offset; // into params and grads, in floats
     int init_kind; // init_tensor's kinds: UNIFORM, NORMAL, CONSTANT
     float init_bound;
@@ -31,6 +33,13 @@ typedef struct {
     int expert;        // an expert's tensor: one ep rank holds it (expert_parallel.c)
     int conv_shape;    // saved as (rows, 1, cols), torch's depthwise Conv1d weight (a Mamba's)
 } ParamInfo;
+
+// how many of the block's rows (from its first) lie in the tensor a checkpoint holds: all, but the
+// vocabulary's padding rows, which are never initialised, saved or read
+static inline int param_rows_in_file(const ParamInfo *p) {
+    int rows = p->file_rows - p->row0;
+    return rows < 0 ? 0 : rows < p->rows ? rows : p->rows;
+}
 
 // The part of the network one pipeline stage runs (pipeline_parallel.c decides it): num_chunks
 // chunks of num_layers / num_chunks consecutive decoder layers, chunk k's first being global layer
@@ -189,7 +198,8 @@ int param_table_find(const ParamInfo *table, int n, const char *name);   // its 
 // Returns the table (malloc'd: the caller frees it) and its length in *n.
 ParamInfo *model_full_table(const Config *cfg, int *n);
 // Registers this rank's shard of the Hugging Face tensor `name` (rows, cols), split over tp as
-// `split` says, in model->table. Returns its place in `base` (NULL: the sizing pass).
+// `split` says, in model->table; a VOCAB_PARALLEL tensor (rows = vocab_size) gets the padded
+// vocabulary's rows. Returns its place in `base` (NULL: the sizing pass).
 float *model_add_param(Model *model, float *base, const char *name, int rows, int cols,
                        TensorParallelSplit split, int init_kind);
 // model.c: this stage's parameter table, and w's pointers into base (NULL: only the sizes)

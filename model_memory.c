@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "model.h"
 #include "utils.h"
+#include "vocab_padding.h"
 
 // Every tensor a decoder layer saves for its backward: where its pointer lives in
 // LayerActivations, and its floats per token. This one table lays out each slot's layers and the
@@ -159,6 +160,7 @@ void model_alloc_buffers(Model *model, int num_slots) {
         lb->stats = device_malloc(2 * N * sizeof(float));
         lb->losses = device_malloc(N * sizeof(float));
         lb->loss_sum = device_malloc(sizeof(float));
+        lb->padded_columns = vocab_padding_columns(&model->cfg, model->vocab_start, model->V);
     }
     model->scalar = device_malloc(2 * sizeof(float));
 }
@@ -236,6 +238,10 @@ float *model_add_param(Model *model, float *base, const char *name, int rows, in
         model->table = realloc(model->table, model->table_capacity * sizeof(ParamInfo));
         if (!model->table) FAIL("", "out of memory growing the parameter table");
     }
+    // the embedding and the head (rows: vocab_size) hold the padded vocabulary (vocab_padding.c);
+    // a checkpoint holds the rows given
+    int file_rows = rows;
+    if (split == VOCAB_PARALLEL) rows = vocab_size_with_padding(&model->cfg);
     Shard s = tensor_parallel_shard(split, rows, cols, &model->pgm->tp);
     ParamInfo *p = &model->table[model->num_tensors++];
     *p = (ParamInfo){.rows = s.rows,
@@ -244,6 +250,7 @@ float *model_add_param(Model *model, float *base, const char *name, int rows, in
                      .col0 = s.col0,
                      .global_rows = rows,
                      .global_cols = cols,
+                     .file_rows = file_rows,
                      .offset = model->num_params,
                      .init_kind = init_kind,
                      .replicated_tp = split == REPLICATED};

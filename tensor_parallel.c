@@ -26,6 +26,7 @@
 #include "tensor_parallel.h"
 #include "backend/backend.h"
 #include "utils.h"
+#include "vocab_padding.h"
 
 // Whole heads go to each rank (a head never straddles two), so attention needs no communication
 // until o_proj; config_validate has checked that tp divides every split size.
@@ -47,14 +48,14 @@ Shard tensor_parallel_shard(TensorParallelSplit split, int rows, int cols, const
 
 TensorParallelSizes tensor_parallel_sizes(const Config *c, const Group *tp) {
     // the heads split as q_proj's rows do, the features as gate_proj's, the vocabulary as the
-    // embedding's
-    // (a Mamba, model_mamba.c, has no heads, and its intermediate_size is its channels)
+    // embedding's (its rows padded, when model.make_vocab_size_divisible_by asks: vocab_padding.c);
+    // a Mamba (model_mamba.c) has no heads, and its intermediate_size is its channels
     int mamba = config_is_mamba(c);
     Shard heads = tensor_parallel_shard(COLUMN_PARALLEL, mamba ? 0 : c->num_attention_heads, 1, tp);
     Shard kv_heads =
         tensor_parallel_shard(COLUMN_PARALLEL, mamba ? 0 : c->num_key_value_heads, 1, tp);
     Shard features = tensor_parallel_shard(COLUMN_PARALLEL, c->intermediate_size, 1, tp);
-    Shard vocab = tensor_parallel_shard(VOCAB_PARALLEL, c->vocab_size, 1, tp);
+    Shard vocab = tensor_parallel_shard(VOCAB_PARALLEL, vocab_size_with_padding(c), 1, tp);
     return (TensorParallelSizes){.H = heads.rows,
                                  .KV = kv_heads.rows,
                                  .I = features.rows,
@@ -148,9 +149,11 @@ void vocab_parallel_embedding_backward(TensorParallel *tp, float *dwte, const fl
     embedding_backward(dwte, dout, tokens, N, C, vocab_start, V);
 }
 
-float vocab_parallel_cross_entropy(float *dlogits, const float *logits, const int *targets,
+float vocab_parallel_cross_entropy(float *dlogits, float *logits, const int *targets,
                                    float loss_scale, int N, int V, int vocab_start,
                                    VocabParallelLossBuffers *buf, Group *tp) {
+    // a padded vocabulary's extra columns out of the softmax (vocab_padding.c)
+    vocab_padding_mask_logits(logits, N, V, buf->padded_columns);
     // one read of the shard: its max, its sum of exp(logit - its max), the target's logit (held
     // by exactly one shard, 0 elsewhere)
     float *sumexp = buf->stats, *target_logit = buf->stats + N, *shard_maxes = buf->losses;

@@ -96,14 +96,17 @@ void vocab_parallel_embedding_backward(TensorParallel *tp, float *dwte, const fl
                                        const int *tokens, int N, int C, int vocab_start, int V);
 
 // Small buffers of the vocab-parallel loss: maxes, losses (N; before the loss, this shard's
-// maxima); stats (2N): sumexp then the target's logit; loss_sum (1)
+// maxima); stats (2N): sumexp then the target's logit; loss_sum (1). padded_columns: how many of
+// the shard's last columns are the vocabulary's padding, no token's (vocab_padding.c; 0: none).
 typedef struct {
     float *maxes, *stats, *losses, *loss_sum;
+    int padded_columns;
 } VocabParallelLossBuffers;
 
 // Mean cross-entropy over this rank's N tokens from the vocab shard `logits` (N, V); writes
 // dlogits (N, V) = loss_scale * d(sum of losses)/dlogits, all of it (no zeroing needed first).
+// The padded columns of logits are overwritten first, so that they get no probability.
 // Returns the mean loss.
-float vocab_parallel_cross_entropy(float *dlogits, const float *logits, const int *targets,
+float vocab_parallel_cross_entropy(float *dlogits, float *logits, const int *targets,
                                    float loss_scale, int N, int V, int vocab_start,
                                    VocabParallelLossBuffers *buf, Group *tp);

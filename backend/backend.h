@@ -42,6 +42,8 @@ double device_peak_flops(int ranks_on_node);
 // ---------------------------------------------------------------------------------------------
 // elementwise (backend/*/elementwise.*)
 void fill(float *x, float value, size_t n);
+// x (N, V): columns [from, V) of every row = value (the vocabulary padding's logits)
+void fill_columns(float *x, float value, int N, int V, int from);
 void add_inplace(float *y, const float *x, size_t n);   // y += x
 void scale_inplace(float *x, float s, size_t n);        // x *= s
 // x (rows, cols): row r *= scale[r] (a loss weight per token, doremi.c)

@@ -33,12 +33,16 @@ harness_failures=0
 #                                over ep of the dp ranks, default 1)
 #                                mamba (true: model_type "mamba", a Mamba block per layer, state
 #                                8, conv 4, dt rank 8; false: the Llama)
+#                                hidden inter heads kv_heads vocab (the model's sizes, default 128
+#                                256 8 4 256) pad (model.make_vocab_size_divisible_by, default 1: none)
+#                                data (dataset.name; default: HARNESS_DATASET's keys)
 run_layout() {
     local name=$1; shift
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
     local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe="" ep=1
     local mamba=false
+    local hidden=128 inter=256 heads=8 kv_heads=4 vocab=256 pad=1 data=""
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
     mkdir -p "$dir"
@@ -49,21 +53,24 @@ run_layout() {
     # a Mamba (model_mamba.c): MambaConfig's keys; the attention keys stay, unused
     [ "$mamba" = true ] && moe="$moe, \"model_type\": \"mamba\", \"state_size\": 8,
            \"conv_kernel\": 4, \"time_step_rank\": 8"
+    [ "$pad" != 1 ] && moe="$moe, \"make_vocab_size_divisible_by\": $pad"
+    local dataset=$HARNESS_DATASET
+    [ -n "$data" ] && dataset="\"name\": \"$data\""
     cat >"$dir/config.json" <<JSON
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
                  "sequence_parallel": $sp,
                  "bucket_size_mb": 1, "zero1": $zero1, "pp_virtual_stages": $vstages,
                  "ep_size": $ep${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
- "model": {"name": "picotron-tiny", "hidden_size": 128, "intermediate_size": 256,
-           "num_hidden_layers": $layers, "num_attention_heads": 8, "num_key_value_heads": 4,
-           "vocab_size": 256, "tie_word_embeddings": $tied$moe
+ "model": {"name": "picotron-tiny", "hidden_size": $hidden, "intermediate_size": $inter,
+           "num_hidden_layers": $layers, "num_attention_heads": $heads,
+           "num_key_value_heads": $kv_heads, "vocab_size": $vocab, "tie_word_embeddings": $tied$moe
            ${HARNESS_MODEL_EXTRA:+, $HARNESS_MODEL_EXTRA}},
  "training": {"seed": 7, "learning_rate": 1e-3, "total_train_steps": $STEPS,
               "seq_length": $seq, "micro_batch_size": $mbs, "gradient_accumulation_steps": $ga,
               "grad_clip": $clip, "warmup_steps": $warmup, "lr_decay": "$decay",
               "recompute": $recompute},
- "dataset": {$HARNESS_DATASET},
+ "dataset": {$dataset},
  "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $save, "load_path": "$load"},
  "logging": {"metrics_file": "$dir/metrics.jsonl"}$HARNESS_SECTIONS}
 JSON

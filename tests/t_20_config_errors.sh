@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Claim: every bad config (unknown key or section, wrong type, missing section, invalid JSON,
-# impossible sizes and mixture-of-experts settings, the wrong build, the wrong number of ranks, a
-# missing file) and every bad ./train command line ends the job within MAX_SECONDS with a non-zero
-# exit status and exactly one line on stderr that names the offending key, after MPICH's own abort
-# lines are removed.
+# impossible sizes, vocabulary padding and mixture-of-experts settings, the wrong build, the wrong
+# number of ranks, a missing file) and every bad ./train command line ends the job within
+# MAX_SECONDS with a non-zero exit status and exactly one line on stderr that names the offending
+# key, after MPICH's own abort lines are removed.
 cd "$(dirname "$0")/.." || exit 1
 MAX_SECONDS=10
 [ -x ./train ] || { echo "./train not built"; exit 77; }
@@ -48,6 +48,10 @@ variants = {   # name: a statement that edits `cfg`
     "layers_pp": 'cfg["model"]["num_hidden_layers"] = 2; cfg["distributed"]["pp_size"] = 4',
     "tp_heads": 'cfg["distributed"]["tp_size"] = 3',
     "vocab_tp": 'cfg["model"]["vocab_size"] = 255; cfg["distributed"]["tp_size"] = 2',
+    "pad_zero": 'cfg["model"]["make_vocab_size_divisible_by"] = 0',
+    "pad_huge": 'cfg["model"]["make_vocab_size_divisible_by"] = 1 << 20',
+    "pad_tp": 'cfg["model"].update(vocab_size=50257, make_vocab_size_divisible_by=3); '
+              'cfg["distributed"]["tp_size"] = 2',
     "bad_engine": 'cfg["distributed"]["pp_engine"] = "gpipe"',
     "sp_tokens": 'cfg["distributed"].update(tp_size=2, cp_size=2, sequence_parallel=True); '
                  'cfg["training"].update(micro_batch_size=1, seq_length=34)',
@@ -89,11 +93,12 @@ sed 's/"seed": 42,/"seed": 42, "seed": 43,/' "$tmp/valid.json" >"$tmp/duplicate.
 # lines MPICH prints itself when a rank calls MPI_Abort or a process dies
 MPICH_LINES='^Abort\([0-9]+\) on node [0-9]+ \(rank [0-9]+ in comm [0-9]+\): application called MPI_Abort|^=+$|^=   |^\[unset\]: |^YOU CAN IGNORE'
 
-failures=0
+failures=0 cases=0
 expect_error() {   # expect_error NAME REGEX_THE_LINE_MUST_MATCH NP ARGS...
     local name=$1 want=$2 np=$3
     shift 3
     local start rc lines ms problem=""
+    cases=$((cases + 1))
     start=$(date +%s%N)
     if [ "$np" = 1 ]; then
         timeout 20 ./train "$@" >"$tmp/out" 2>"$tmp/err"
@@ -140,7 +145,16 @@ expect_error "layers < pp" 'model\.num_hidden_layers = 2.*distributed\.pp_size =
     "$(c layers_pp)"
 expect_error "tp does not divide heads" 'distributed\.tp_size = 3.*model\.num_attention_heads' \
     1 "$(c tp_heads)"
-expect_error "vocab % tp" 'model\.vocab_size = 255.*distributed\.tp_size = 2' 1 "$(c vocab_tp)"
+expect_error "vocab % tp" \
+    'model\.vocab_size = 255.*distributed\.tp_size = 2.*model\.make_vocab_size_divisible_by' 1 \
+    "$(c vocab_tp)"
+expect_error "vocabulary padding 0" 'model\.make_vocab_size_divisible_by = 0 must be at least 1' \
+    1 "$(c pad_zero)"
+expect_error "vocabulary padding too large" \
+    'model\.make_vocab_size_divisible_by = 1048576 must be at most 65536' 1 "$(c pad_huge)"
+expect_error "padded vocab % tp" \
+    'vocab_size = 50257, padded to 50259 rows \(model\.make_vocab_size_divisible_by = 3\).*tp_size = 2' \
+    1 "$(c pad_tp)"
 expect_error "unknown pp_engine" 'distributed\.pp_engine' 1 "$(c bad_engine)"
 expect_error "sequence parallel tokens % tp" \
     'distributed\.sequence_parallel.*17 tokens.*distributed\.tp_size = 2' 1 "$(c sp_tokens)"
@@ -175,5 +189,5 @@ expect_error "nonexistent config" 'does_not_exist\.json' 1 "$(c does_not_exist)"
 expect_error "no --config" '--config' 1
 expect_error "unknown train flag" '--bogus' 1 --config "$tmp/valid.json" --bogus
 
-echo "$failures of 30 cases failed"
+echo "$failures of $cases cases failed"
 [ "$failures" -eq 0 ]

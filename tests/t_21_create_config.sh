@@ -77,7 +77,7 @@ check_values "$file" "dp_size $dp" "tp_size $tp" "pp_size $pp" "cp_size 1" "pp_e
     "micro_batch_size $mbs" "gradient_accumulation_steps $acc" "seq_length $seq" \
     "learning_rate 0.00100000005" "seed 7" "grad_clip 1.5" "metrics_file m.jsonl" \
     "name picotron-tiny" "hidden_size 128" "vocab_size 256" "use_cpu 1" "backend mpi" \
-    "run_name layout" "save_dir $tmp/runs/layout"
+    "run_name layout" "save_dir $tmp/runs/layout" "make_vocab_size_divisible_by 1"
 json_equals "$file" 'cfg["distributed"]["dp_size"] == 2' 'cfg["distributed"]["tp_size"] == 2' \
     'cfg["training"]["learning_rate"] == 0.001' 'cfg["training"]["seq_length"] == 64' \
     'cfg["distributed"]["use_cpu"] is True' 'cfg["training"]["num_samples"] is None' \
@@ -97,13 +97,15 @@ json_equals "$tmp/runs/smol/config.json" 'cfg["model"]["hidden_size"] == 2048' \
     'cfg["model"]["name"] == "HuggingFaceTB/SmolLM-1.7B-Instruct"'
 check_values "$tmp/runs/smol/config.json" "hidden_size 2048" "num_hidden_layers 24" "tp_size 4"
 
-# 3. flags override a preset's architecture
+# 3. flags override a preset's architecture; the vocabulary padded (vocab_padding.c)
 ./create_config --out_dir "$tmp/runs" --exp_name llama3 --model_name meta-llama/Meta-Llama-3-8B \
     --num_hidden_layers 2 --num_attention_heads 16 --num_key_value_heads 4 \
+    --make_vocab_size_divisible_by 128 \
     >"$tmp/out" 2>"$tmp/err" || fail "create_config Llama-3 override: $(cat "$tmp/err")"
 check_values "$tmp/runs/llama3/config.json" "num_hidden_layers 2" "num_attention_heads 16" \
     "num_key_value_heads 4" "hidden_size 4096" "intermediate_size 14336" "vocab_size 128256" \
-    "rope_theta 500000" "max_position_embeddings 8192" "tie_word_embeddings 0"
+    "rope_theta 500000" "max_position_embeddings 8192" "tie_word_embeddings 0" \
+    "make_vocab_size_divisible_by 128"
 
 # 4. --model_config reads a Hugging Face config.json (num_key_value_heads absent: = heads)
 mkdir -p "$tmp/hf"

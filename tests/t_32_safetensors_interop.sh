@@ -35,10 +35,7 @@ write_config() {
 JSON
 }
 train() { timeout 120 mpirun -np "$1" ./train --config "$dir/$2.json" >"$dir/$2.log" 2>&1; }
-loss_at() { sed -n "s/.*\"step\": $2, \"loss\": \([-0-9.e+]*\).*/\1/p" "$dir/$1.jsonl"; }
-# relative difference of $1 from $2; `close` is its test against TOL
-rel() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; printf "%.2e", (d < 0 ? -d : d) / b }'; }
-close() { [ -n "$1" ] && [ -n "$2" ] && awk -v r="$(rel "$1" "$2")" -v tol="$TOL" 'BEGIN { exit !(r <= tol) }'; }
+loss_at() { loss_in "$dir/$1.jsonl" "$2"; } # rel and close (against TOL): check_lib.sh
 
 # 1. transformers' files in three layouts
 for fixture in hf_tiny hf_tiny_sharded_bf16; do

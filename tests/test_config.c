@@ -20,7 +20,8 @@ static void dump(char *out, size_t size, const Config *c) {
              "adam_eps %.9g\ndataset %s\nsave_dir %s\nsave_frequency %d\nload_path %s\n"
              "run_name %s\nmetrics_file %s\nOMP_NUM_THREADS %d\nPEAK_FLOPS %.17g\n"
              "num_experts %d\nnum_experts_per_tok %d\nmoe_intermediate_size %d\n"
-             "router_aux_loss_coef %.9g\nmoe_capacity_factor %.9g\nep_size %d\n",
+             "router_aux_loss_coef %.9g\nmoe_capacity_factor %.9g\nep_size %d\n"
+             "make_vocab_size_divisible_by %d\n",
              c->tp_size, c->cp_size, c->pp_size, c->dp_size, c->pp_engine, c->backend, c->use_cpu,
              c->tp_async, c->cp_zigzag, c->bucket_size_mb, c->model_name, c->hidden_size,
              c->intermediate_size, c->num_hidden_layers, c->num_attention_heads,
@@ -32,7 +33,7 @@ static void dump(char *out, size_t size, const Config *c) {
              c->adam_eps, c->dataset_name, c->save_dir, c->save_frequency, c->load_path,
              c->run_name, c->metrics_file, c->omp_num_threads, c->peak_flops, c->num_experts,
              c->num_experts_per_tok, c->moe_intermediate_size, c->router_aux_loss_coef,
-             c->moe_capacity_factor, c->ep_size);
+             c->moe_capacity_factor, c->ep_size, c->make_vocab_size_divisible_by);
 }
 
 int main(int argc, char **argv) {

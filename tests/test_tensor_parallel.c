@@ -222,9 +222,9 @@ static void check_cross_entropy(Group *tp) {
     for (size_t i = 0; i < n_r; i++) host[i] = 0.0f;
     float *DLOG = to_device(host, (n_r + GUARD) * sizeof(float));
     int *TGT = (int *)to_device(targets, sizeof targets);
-    VocabParallelLossBuffers buf = {device_malloc(N * sizeof(float)),
-                                    device_malloc(2 * N * sizeof(float)),
-                                    device_malloc(N * sizeof(float)), device_malloc(sizeof(float))};
+    VocabParallelLossBuffers buf = {
+        device_malloc(N * sizeof(float)), device_malloc(2 * N * sizeof(float)),
+        device_malloc(N * sizeof(float)), device_malloc(sizeof(float)), 0}; // no vocabulary padding
     float loss =
         vocab_parallel_cross_entropy(DLOG, LOG, TGT, loss_scale, N, v_r, r * v_r, &buf, tp);
     float loss_dev = loss;

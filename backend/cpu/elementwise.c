@@ -8,6 +8,12 @@ void fill(float *x, float value, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = value;
 }
 
+void fill_columns(float *x, float value, int N, int V, int from) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int j = from; j < V; j++) x[(size_t)n * V + j] = value;
+}
+
 void add_inplace(float *y, const float *x, size_t n) {
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) y[i] += x[i];

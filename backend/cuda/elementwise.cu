@@ -6,6 +6,12 @@ __global__ static void fill_kernel(float *x, float value, size_t n) {
     if (i < n) x[i] = value;
 }
 
+// grid (N rows, column tiles): rows on x, which holds 2^31 - 1 blocks (as cross_entropy_backward)
+__global__ static void fill_columns_kernel(float *x, float value, int V, int from) {
+    int j = from + blockIdx.y * blockDim.x + threadIdx.x;
+    if (j < V) x[(size_t)blockIdx.x * V + j] = value;
+}
+
 __global__ static void add_inplace_kernel(float *y, const float *x, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
@@ -26,6 +32,15 @@ void fill(float *x, float value, size_t n) {
     bf16_copies_stale(x, n * sizeof(float));
     if (n == 0) return;
     fill_kernel<<<blocks_for(n, 256), 256>>>(x, value, n);
+    cudaCheckLaunch();
+}
+
+void fill_columns(float *x, float value, int N, int V, int from) {
+    PROFILE(PROFILE_OTHER);
+    bf16_copies_stale(x, (size_t)N * V * sizeof(float));
+    if (N == 0 || from >= V) return;
+    dim3 grid(N, blocks_for(V - from, 256));
+    fill_columns_kernel<<<grid, 256>>>(x, value, V, from);
     cudaCheckLaunch();
 }
 

@@ -7,6 +7,7 @@
 
 #define CPU_TWINS(X)                                                                               \
     X(fill)                                                                                        \
+    X(fill_columns)                                                                                \
     X(add_inplace)                                                                                 \
     X(scale_inplace)                                                                               \
     X(scale_rows)                                                                                  \

@@ -109,6 +109,9 @@ static void test_elementwise(void) {
     cpu_fill(x, -1.25f, 1000);
     fill(dx, -1.25f, 1000);
     check("fill", dx, x, n, 0.0);
+    cpu_fill_columns(x, -3.5f, 37, 301, 250); // the padding of a vocab shard (vocab_padding.c)
+    fill_columns(dx, -3.5f, 37, 301, 250);
+    check("fill_columns", dx, x, n, 0.0);
     float s[2] = {1.5f, -0.5f};
     float *ds = to_device(s, sizeof s);
     cpu_sum_squares(&s[0], y, n);

@@ -34,10 +34,10 @@ BATCH = dict(dataset="data/pride_and_prejudice.txt", seq_length=32, micro_batch_
 SHARD_SIZE = "80KB"  # the bf16 weights are ~210 KB: several shards
 
 
-def make_model():
+def make_model(arch=ARCH):
     torch.manual_seed(SEED)
     # initializer_range 0.2 (not 0.02) so that gradients are far from zero and a wrong one shows
-    config = LlamaConfig(**ARCH, initializer_range=0.2, attention_bias=False, mlp_bias=False,
+    config = LlamaConfig(**arch, initializer_range=0.2, attention_bias=False, mlp_bias=False,
                          hidden_act="silu")
     model = LlamaForCausalLM(config).float()
     with torch.no_grad():
@@ -63,11 +63,11 @@ def write_expected_loss(folder, tokens, batch=BATCH):
     print("%s: loss %.9g" % (folder, loss))
 
 
-def fixture_setup(doc):
+def fixture_setup(doc, dataset=BATCH["dataset"]):
     """--out and --dataset, for a script with this docstring; torch on one thread, deterministic"""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", default="tests/fixtures")
-    parser.add_argument("--dataset", default=BATCH["dataset"],
+    parser.add_argument("--dataset", default=dataset,
                         help="where the corpus is (expected_loss.json names data/...)")
     args = parser.parse_args()
     torch.set_num_threads(1)
