@@ -165,9 +165,9 @@ int edit_distance(const char *a, const char *b) {
 // picotron's MFU: 6 FLOPs per parameter per token (forward and backward) plus attention's
 // 12*L*H*D*S; train.c divides by the peak of the device this rank runs on
 double flops_per_token(const Config *c) {
-    if (config_is_mamba(c)) { // 6 per parameter a token passes; the scan's few per state left out
-        double C = c->hidden_size, I = c->expand * C, S = c->state_size;
-        double R = config_time_step_rank(c), W = c->conv_kernel;
+    if (strcmp(c->model_type, "mamba") == 0) { // 6 per parameter; the scan's few per state left
+        double C = c->hidden_size, I = c->expand * C, S = c->state_size, W = c->conv_kernel;
+        double R = c->time_step_rank > 0 ? c->time_step_rank : (int)(C + 15) / 16; // 0: auto
         double layer = C + 2 * I * C + I * W + I + (R + 2 * S) * I + I * R + I + I * S + I + C * I;
         return 6 * (c->num_hidden_layers * layer + C +
                     (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2));

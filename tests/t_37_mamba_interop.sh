@@ -29,9 +29,7 @@ configure() {
         --use_cpu "${@:7}" >"$dir/$1.create.log" 2>&1 || cat "$dir/$1.create.log"
 }
 train() { timeout 120 mpirun -np "$1" ./train --config "$dir/$2/config.json" >"$dir/$2.log" 2>&1; }
-loss_at() { sed -n "s/.*\"step\": $2, .*\"loss\": \([-0-9.e+]*\).*/\1/p" "$dir/$1.jsonl"; }
-rel() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; printf "%.2e", (d < 0 ? -d : d) / b }'; }
-close() { [ -n "$1" ] && [ -n "$2" ] && awk -v r="$(rel "$1" "$2")" -v tol="$TOL" 'BEGIN { exit !(r <= tol) }'; }
+loss_at() { loss_in "$dir/$1.jsonl" "$2"; } # rel and close: tests/check_lib.sh
 
 # 1. transformers' Mamba in three layouts
 want=$(sed -n 's/.*"loss": \([-0-9.e+]*\).*/\1/p' $fixture/expected_loss.json)
