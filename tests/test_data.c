@@ -16,6 +16,7 @@
 
 #define MAX_MISMATCHES 0 // token ids are integers: any difference is a bug
 
+
 static void write_bytes(const char *path, const void *bytes, size_t n) {
     FILE *f = xfopen(path, "wb");
     xfwrite(bytes, 1, n, f);
@@ -210,8 +211,7 @@ static void check_layouts(void) {
             for (int rank = 0; rank < dp; rank++)
                 for (int micro = 0; micro < grad_acc; micro++) {
                     int in[MBS * SEQ], tg[MBS * SEQ];
-                    dataset_get_batch(in, tg, NULL, &ds, step, micro, grad_acc, MBS, SEQ, rank, dp,
-                                      0);
+                    dataset_get_batch(in, tg, NULL, &ds, step, micro, grad_acc, MBS, SEQ, rank, dp, 0);
                     for (int b = 0; b < MBS; b++) {
                         int sample = in[b * SEQ] / SEQ;
                         bad_rank += sample % dp != rank;

@@ -27,6 +27,7 @@ static const double CHI2_999[] = {10.83, 13.82, 16.27};
 static const double WEIGHTS[K] = {5, 3, 2}; // as the config gives them: normalised to 0.5, 0.3, 0.2
 static const int LENGTHS[K] = {4001, 801, 81}; // tokens: 500, 100 and 10 windows
 
+
 static Config config_for(const char *dir) {
     Config cfg;
     config_defaults(&cfg);

@@ -570,8 +570,7 @@ static void test_elementwise_and_memory(void) {
     scale_rows(x, scales, ROWS, COLS);
     err = 0.0;
     for (int i = 0; i < N; i++) // relative: the compiler may fuse the reference's product
-        err = fmax(err,
-                   fabs(x[i] - (double)x0[i] * scales[i / COLS]) / fabs(x0[i] * scales[i / COLS]));
+        err = fmax(err, fabs(x[i] - (double)x0[i] * scales[i / COLS]) / fabs(x0[i] * scales[i / COLS]));
     check("scale_rows (relative)", err, 1e-7);
     free(scales);
     free(x0);
