@@ -573,8 +573,11 @@ static void config_validate_mamba(const Config *c) {
           "multiple of %d",
           c->vocab_size, vocab_size_with_padding(c), c->make_vocab_size_divisible_by, c->tp_size,
           c->tp_size);
-    const char *unsupported = c->cp_size > 1             ? "distributed.cp_size > 1"
-                              : c->cp_zigzag             ? "distributed.cp_zigzag"
+    CHECK(c->cp_size == 1 || c->seq_length / c->cp_size >= c->conv_kernel - 1,
+          "training.seq_length / distributed.cp_size = %d tokens per cp rank is fewer than the "
+          "conv's model.conv_kernel - 1 = %d earlier tokens a chunk hands on; lower cp_size",
+          c->seq_length / c->cp_size, c->conv_kernel - 1);
+    const char *unsupported = c->cp_zigzag               ? "distributed.cp_zigzag"
                               : c->sequence_parallel     ? "distributed.sequence_parallel"
                               : c->pp_virtual_stages > 1 ? "distributed.pp_virtual_stages > 1"
                               : c->num_experts > 0       ? "model.num_experts > 0"
@@ -582,8 +585,8 @@ static void config_validate_mamba(const Config *c) {
                               : c->recompute             ? "training.recompute"
                                                          : NULL;
     CHECK(!unsupported,
-          "%s is not supported with model.model_type = \"mamba\" yet (dp, ZeRO-1, pp and tp "
-          "are): turn it off",
+          "%s is not supported with model.model_type = \"mamba\" yet (dp, ZeRO-1, pp, tp and "
+          "cp are): turn it off",
           unsupported);
 }
 

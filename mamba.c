@@ -17,6 +17,7 @@
 // own product with a slice of the weight's rows, so every activation is a contiguous tensor.
 // The backward runs these lines in reverse, each named above the call that differentiates it.
 #include "mamba.h"
+#include "mamba_context_parallel.h"
 #include "backend/backend.h"
 #include "utils.h"
 
@@ -58,6 +59,12 @@ static size_t activations_layout(MambaActivations *a, char *base, const MambaSiz
     a->Bm = layout_piece(base, &o, NS), a->Cm = layout_piece(base, &o, NS);
     a->dt = layout_piece(base, &o, NI);
     a->y = layout_piece(base, &o, NI), a->gated = layout_piece(base, &o, NI);
+    a->halo = a->h_in = a->decay = NULL;
+    if (s->cp) { // mamba_context_parallel.c's
+        size_t state = (size_t)s->B * s->I * s->S * sizeof(float);
+        a->halo = layout_piece(base, &o, (size_t)s->B * (s->W - 1) * s->I * sizeof(float));
+        a->h_in = layout_piece(base, &o, state), a->decay = layout_piece(base, &o, state);
+    }
     return o;
 }
 
@@ -124,7 +131,10 @@ void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWei
     matmul_forward(a->xi, x, w->in_proj, N, C, I);
     matmul_forward(a->z, x, w->in_proj + (size_t)I * C, N, C, I);
     // conv: u = silu(conv1d(xi))
-    causal_conv1d_forward(a->u, a->pre, a->xi, w->conv1d_weight, w->conv1d_bias, B, T, I, s->W);
+    if (s->cp) // the previous chunk's last W-1 tokens first (mamba_context_parallel.c)
+        mamba_cp_conv_forward(a, w, s);
+    else
+        causal_conv1d_forward(a->u, a->pre, a->xi, w->conv1d_weight, w->conv1d_bias, B, T, I, s->W);
     // x_proj: dt_low, B, C = u @ W_x[rows]^T
     channel_sum_forward(a->dt_low, a->u, w->x_proj, R, s);
     channel_sum_forward(a->Bm, a->u, W_B, S, s);
@@ -132,8 +142,11 @@ void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWei
     // dt_proj: dt = dt_low @ W_dt^T (its bias and the softplus are the scan's first line)
     matmul_forward(a->dt, a->dt_low, w->dt_proj_weight, N, R, I);
     // scan: y = selective_scan(u, delta = softplus(dt + dt_bias), A = -exp(A_log), B, C, D)
-    selective_scan_forward(a->y, a->u, a->dt, w->dt_proj_bias, w->A_log, a->Bm, a->Cm, w->D, B, T,
-                           I, S);
+    if (s->cp) // from the state the earlier chunks hand over (mamba_context_parallel.c)
+        mamba_cp_scan_forward(a, w, s);
+    else
+        selective_scan_forward(a->y, a->u, a->dt, w->dt_proj_bias, w->A_log, a->Bm, a->Cm, w->D, B,
+                               T, I, S);
     // gate: gated = silu(z) * y
     swiglu_forward(a->gated, a->z, a->y, (size_t)N * I);
     // out_proj: out = gated @ W_out^T
@@ -151,9 +164,12 @@ void mamba_backward(float *dx, const MambaWeights *dw, MambaGrads *g, const floa
     swiglu_backward(g->dz, g->dy, g->dgated, a->z, a->y, (size_t)N * I);
     // forward: y = selective_scan(u, dt, ...): the reverse scan writes du, ddt, dB, dC and adds
     // into dt_bias, A_log and D
-    selective_scan_backward(g->du, g->ddt, g->dBm, g->dCm, dw->dt_proj_bias, dw->A_log, dw->D,
-                            g->dy, a->u, a->dt, w->dt_proj_bias, w->A_log, a->Bm, a->Cm, w->D, B, T,
-                            I, S);
+    if (s->cp) // and the gradient the later chunks hand back (mamba_context_parallel.c)
+        mamba_cp_scan_backward(g, dw, a, w, s);
+    else
+        selective_scan_backward(g->du, g->ddt, g->dBm, g->dCm, dw->dt_proj_bias, dw->A_log, dw->D,
+                                g->dy, a->u, a->dt, w->dt_proj_bias, w->A_log, a->Bm, a->Cm, w->D,
+                                B, T, I, S);
     // forward: dt = dt_low @ W_dt^T
     matmul_backward_write(g->ddt_low, dw->dt_proj_weight, g->ddt, a->dt_low, w->dt_proj_weight, N,
                           R, I);
@@ -169,8 +185,11 @@ void mamba_backward(float *dx, const MambaWeights *dw, MambaGrads *g, const floa
     matmul_backward(g->du, dw->x_proj + xB, g->dBm, a->u, w->x_proj + xB, N, I, S);
     matmul_backward(g->du, dw->x_proj + xC, g->dCm, a->u, w->x_proj + xC, N, I, S);
     // forward: u = silu(conv1d(xi)) (dxi written)
-    causal_conv1d_backward(g->dxi, dw->conv1d_weight, dw->conv1d_bias, g->du, a->xi, a->pre,
-                           w->conv1d_weight, B, T, I, s->W);
+    if (s->cp)
+        mamba_cp_conv_backward(g, dw, a, w, s);
+    else
+        causal_conv1d_backward(g->dxi, dw->conv1d_weight, dw->conv1d_bias, g->du, a->xi, a->pre,
+                               w->conv1d_weight, B, T, I, s->W);
     // forward: xi = x @ W_in[0:I]^T, z = x @ W_in[I:2I]^T
     matmul_backward(dx, dw->in_proj, g->dxi, x, w->in_proj, N, C, I);
     matmul_backward(dx, dw->in_proj + (size_t)I * C, g->dz, x, w->in_proj + (size_t)I * C, N, C, I);

@@ -13,10 +13,12 @@
 // and out_proj, which sum over the channels, are row-parallel: their outputs are all-reduced over
 // tp in the forward, and the gradients of x_proj's outputs before its backward. in_proj's input
 // gradient is a partial sum too: the caller sums it (dx +=, so the caller owns it).
+typedef struct MambaContextParallel MambaContextParallel; // mamba_context_parallel.h
 typedef struct {
     int B, T, C, I, S, R, W;
-    int N;              // B * T tokens
-    TensorParallel *tp; // NULL: every channel on this rank
+    int N;                    // B * T tokens
+    TensorParallel *tp;       // NULL: every channel on this rank
+    MambaContextParallel *cp; // NULL: the whole sequence on this rank; else chunk cp rank of it
 } MambaSizes;
 
 MambaSizes mamba_sizes(int B, int T, int C, int I, int S, int R, int W);
@@ -51,7 +53,10 @@ typedef struct {
     float *Bm, *Cm;   // (N, S): the input-dependent B and C
     float *dt;        // (N, I): dt_proj's output, delta before its bias and softplus
     float *y, *gated; // (N, I): the scan's output, and y * silu(z), out_proj's input
-    void *memory;     // the one device allocation (mamba_activations_alloc's), or NULL
+    // context parallelism only (cp set): the previous chunk's last W-1 tokens of xi (B, W-1, I);
+    // the state entering this chunk, and the chunk's decay product (B, I, S)
+    float *halo, *h_in, *decay;
+    void *memory; // the one device allocation (mamba_activations_alloc's), or NULL
 } MambaActivations;
 
 // The backward's buffers, which any number of saved micro-batches can share

@@ -169,6 +169,7 @@ typedef struct Model {
     // a Mamba (cfg.model_type "mamba"): one layer's sizes, and the backward's buffers
     MambaSizes mamba;
     MambaGrads mamba_grads;
+    MambaContextParallel *mamba_cp; // NULL without context parallelism
     // data parallelism's backward hook (picotron's register_backward_hook): called as the
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);

@@ -23,6 +23,7 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "backend/init_value.h"
+#include "mamba_context_parallel.h"
 #include "model.h"
 #include "utils.h"
 
@@ -158,6 +159,11 @@ void mamba_alloc_buffers(Model *model) {
     model->mamba = mamba_sizes(model->B, model->T, model->C, I, c->state_size,
                                config_time_step_rank(c), c->conv_kernel);
     if (model->pgm->tp.size > 1) model->mamba.tp = &model->tp; // the channels split over tp
+    if (model->pgm->cp.size > 1) { // the sequence split over cp (mamba_context_parallel.c)
+        model->mamba_cp = xmalloc(sizeof(MambaContextParallel));
+        mamba_cp_alloc(model->mamba_cp, &model->pgm->cp, &model->mamba);
+        model->extension_bytes += mamba_cp_bytes(&model->mamba);
+    }
     mamba_grads_alloc(&model->mamba_grads, &model->mamba);
     model->extension_bytes += mamba_grads_bytes(&model->mamba);
     // the Llama's final norm (model.c) is norm_f here: MambaRMSNorm's eps is layer_norm_epsilon
@@ -166,4 +172,6 @@ void mamba_alloc_buffers(Model *model) {
 
 void mamba_free_buffers(Model *model) {
     mamba_grads_free(&model->mamba_grads);
+    if (model->mamba_cp) mamba_cp_free(model->mamba_cp);
+    free(model->mamba_cp);
 }

@@ -44,8 +44,8 @@ double device_peak_flops(int ranks_on_node);
 void fill(float *x, float value, size_t n);
 // x (N, V): columns [from, V) of every row = value (the vocabulary padding's logits)
 void fill_columns(float *x, float value, int N, int V, int from);
-void add_inplace(float *y, const float *x, size_t n);   // y += x
-void scale_inplace(float *x, float s, size_t n);        // x *= s
+void add_inplace(float *y, const float *x, size_t n); // y += x
+void scale_inplace(float *x, float s, size_t n);      // x *= s
 // x (rows, cols): row r *= scale[r] (a loss weight per token, doremi.c)
 void scale_rows(float *x, const float *scale, int rows, int cols);
 void sum_squares(float *out, const float *x, size_t n); // out[0] += sum(x^2)
@@ -183,6 +183,22 @@ void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, floa
                              const float *dt, const float *dt_bias, const float *A_log,
                              const float *Bm, const float *Cm, const float *D, int B, int T, int I,
                              int S);
+// The scan of one chunk of a longer sequence (context parallelism: mamba.c), the same with
+// h0 (B, I, S) the state before the chunk's first token (NULL: zero); h_last (B, I, S) receives
+// the state after its last and decay (B, I, S) the product of its decays exp(sum_t delta_t A)
+// (each NULL: not wanted)
+void selective_scan_chunk_forward(float *y, const float *u, const float *dt, const float *dt_bias,
+                                  const float *A_log, const float *Bm, const float *Cm,
+                                  const float *D, int B, int T, int I, int S, const float *h0,
+                                  float *h_last, float *decay);
+// and its backward from h0: g_last (B, I, S) is the gradient later chunks send back to the
+// state after the last token (NULL: none), dh0 (B, I, S) receives the gradient of h0 (NULL: not
+// wanted)
+void selective_scan_chunk_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
+                                   float *dA_log, float *dD, const float *dy, const float *u,
+                                   const float *dt, const float *dt_bias, const float *A_log,
+                                   const float *Bm, const float *Cm, const float *D, int B, int T,
+                                   int I, int S, const float *h0, const float *g_last, float *dh0);
 
 // ---------------------------------------------------------------------------------------------
 // cross-entropy from a vocab shard (backend/*/cross_entropy.*): logits (N, V) hold the columns

@@ -52,13 +52,19 @@ static HOST_DEVICE inline float softplus_grad(float x) {
 }
 
 // One channel: y (T) at stride I (unless NULL), every state into hs (T, S) (unless NULL);
-// u, dt (T) at stride I; A (S) = -exp(A_log[i]); Bm, Cm (T, S); h (S) scratch
+// u, dt (T) at stride I; A (S) = -exp(A_log[i]); Bm, Cm (T, S); h (S) scratch. A chunk of a
+// longer sequence (context parallelism): h0 (S) the state before its first token (NULL: zero),
+// h_last (S) receives the state after its last, decay (S) the product of its decays
+// exp(sum_t delta_t A) (each NULL: not wanted)
 static HOST_DEVICE void scan_channel(float *y, float *hs, const float *u, const float *dt,
                                      float dt_bias, const float *A, const float *Bm,
-                                     const float *Cm, float D, int T, int I, int S, float *h) {
-    for (int s = 0; s < S; s++) h[s] = 0.0f;
+                                     const float *Cm, float D, int T, int I, int S, float *h,
+                                     const float *h0, float *h_last, float *decay) {
+    float deltas = 0.0f;
+    for (int s = 0; s < S; s++) h[s] = h0 ? h0[s] : 0.0f;
     for (int t = 0; t < T; t++) {
         float delta = softplus(dt[(size_t)t * I] + dt_bias), x = u[(size_t)t * I];
+        deltas += delta;
         const float *Bt = Bm + (size_t)t * S, *Ct = Cm + (size_t)t * S;
         float acc = D * x;
         SCAN_SIMD(acc)
@@ -69,22 +75,27 @@ static HOST_DEVICE void scan_channel(float *y, float *hs, const float *u, const 
         }
         if (y) y[(size_t)t * I] = acc;
     }
+    for (int s = 0; s < S && h_last; s++) h_last[s] = h[s];
+    for (int s = 0; s < S && decay; s++) decay[s] = scan_exp(deltas * A[s]);
 }
 
 // The reverse scan of one channel, from its states hs (T, S): du, ddt (T) at stride I are
 // written; dBp, dCp (T, S) += this channel's part of dB and dC; dA (S) += d loss / d A;
-// *dD, *ddt_bias +=; g (S) scratch
+// *dD, *ddt_bias +=; g (S) scratch. A chunk: h0 (S) its first state's predecessor (NULL: zero),
+// g_last (S) the gradient that later chunks send back to its last state (NULL: none), dh0 (S)
+// receives the gradient of h0 (NULL: not wanted)
 static HOST_DEVICE void scan_channel_backward(float *du, float *ddt, float *dBp, float *dCp,
                                               float *dA, float *dD, float *ddt_bias,
                                               const float *dy, const float *hs, const float *u,
                                               const float *dt, float dt_bias, const float *A,
                                               const float *Bm, const float *Cm, float D, int T,
-                                              int I, int S, float *g) {
-    for (int s = 0; s < S; s++) g[s] = 0.0f; // nothing comes back from after the last token
+                                              int I, int S, float *g, const float *h0,
+                                              const float *g_last, float *dh0) {
+    for (int s = 0; s < S; s++) g[s] = g_last ? g_last[s] : 0.0f; // what comes back from later
     for (int t = T - 1; t >= 0; t--) {
         size_t o = (size_t)t * I;
         float pre = dt[o] + dt_bias, delta = softplus(pre), x = u[o], dyt = dy[o];
-        const float *h = hs + (size_t)t * S, *hprev = t > 0 ? h - S : NULL;
+        const float *h = hs + (size_t)t * S, *hprev = t > 0 ? h - S : h0;
         const float *Bt = Bm + (size_t)t * S, *Ct = Cm + (size_t)t * S;
         float *dBt = dBp + (size_t)t * S, *dCt = dCp + (size_t)t * S;
         // forward: y_t = sum_s C_t[s] * h_t[s] + D * u_t
@@ -107,6 +118,7 @@ static HOST_DEVICE void scan_channel_backward(float *du, float *ddt, float *dBp,
         ddt[o] = ddelta * softplus_grad(pre);
         *ddt_bias += ddt[o];
     }
+    for (int s = 0; s < S && dh0; s++) dh0[s] = g[s];
 }
 
 // The backward takes the channels SCAN_GROUP at a time: dB and dC, which every channel adds to,
@@ -116,24 +128,26 @@ static HOST_DEVICE void scan_channel_backward(float *du, float *ddt, float *dBp,
 
 // Group grp's channels over the B sequences: du, ddt (B, T, I) written at its channels; dBp, dCp
 // (B, T, S) += the group's part; ddt_bias, dA_log, dD += at its channels. Scratch: A, dA, g (S),
-// hs (T, S).
-static HOST_DEVICE void scan_group_backward(float *du, float *ddt, float *dBp, float *dCp,
-                                            float *ddt_bias, float *dA_log, float *dD,
-                                            const float *dy, const float *u, const float *dt,
-                                            const float *dt_bias, const float *A_log,
-                                            const float *Bm, const float *Cm, const float *D,
-                                            int grp, int B, int T, int I, int S, float *A,
-                                            float *dA, float *g, float *hs) {
+// hs (T, S). A chunk: h0, g_last, dh0 (B, I, S) as scan_channel_backward's, each NULL for none.
+static HOST_DEVICE void
+scan_group_backward(float *du, float *ddt, float *dBp, float *dCp, float *ddt_bias, float *dA_log,
+                    float *dD, const float *dy, const float *u, const float *dt,
+                    const float *dt_bias, const float *A_log, const float *Bm, const float *Cm,
+                    const float *D, int grp, int B, int T, int I, int S, float *A, float *dA,
+                    float *g, float *hs, const float *h0, const float *g_last, float *dh0) {
     int i1 = (grp + 1) * SCAN_GROUP < I ? (grp + 1) * SCAN_GROUP : I;
     for (int i = grp * SCAN_GROUP; i < i1; i++) {
         for (int s = 0; s < S; s++) A[s] = -expf(A_log[(size_t)i * S + s]), dA[s] = 0.0f;
         for (int b = 0; b < B; b++) {
             size_t o = (size_t)b * T * I + i, bs = (size_t)b * T * S; // token (b, 0)
-            scan_channel(NULL, hs, u + o, dt + o, dt_bias[i], A, Bm + bs, Cm + bs, D[i], T, I, S,
-                         g);
+            size_t c = ((size_t)b * I + i) * S;                       // channel (b, i)'s state
+            const float *h0c = h0 ? h0 + c : NULL;
+            scan_channel(NULL, hs, u + o, dt + o, dt_bias[i], A, Bm + bs, Cm + bs, D[i], T, I, S, g,
+                         h0c, NULL, NULL);
             scan_channel_backward(du + o, ddt + o, dBp + bs, dCp + bs, dA, &dD[i], &ddt_bias[i],
                                   dy + o, hs, u + o, dt + o, dt_bias[i], A, Bm + bs, Cm + bs, D[i],
-                                  T, I, S, g);
+                                  T, I, S, g, h0c, g_last ? g_last + c : NULL,
+                                  dh0 ? dh0 + c : NULL);
         }
         // forward: A = -exp(A_log), so dA/dA_log = -exp(A_log) = A
         for (int s = 0; s < S; s++) dA_log[(size_t)i * S + s] += dA[s] * A[s];

@@ -75,9 +75,10 @@ void causal_conv1d_backward(float *dx, float *dweight, float *dbias, const float
     }
 }
 
-void selective_scan_forward(float *y, const float *u, const float *dt, const float *dt_bias,
-                            const float *A_log, const float *Bm, const float *Cm, const float *D,
-                            int B, int T, int I, int S) {
+void selective_scan_chunk_forward(float *y, const float *u, const float *dt, const float *dt_bias,
+                                  const float *A_log, const float *Bm, const float *Cm,
+                                  const float *D, int B, int T, int I, int S, const float *h0,
+                                  float *h_last, float *decay) {
 #pragma omp parallel
     {
         float *A = xmalloc((size_t)S * sizeof(float)), *h = xmalloc((size_t)S * sizeof(float));
@@ -86,19 +87,27 @@ void selective_scan_forward(float *y, const float *u, const float *dt, const flo
             for (int i = 0; i < I; i++) {
                 for (int s = 0; s < S; s++) A[s] = -expf(A_log[(size_t)i * S + s]);
                 size_t o = (size_t)b * T * I + i, bs = (size_t)b * T * S; // token (b, 0)
+                size_t c = ((size_t)b * I + i) * S;                       // its state
                 scan_channel(y + o, NULL, u + o, dt + o, dt_bias[i], A, Bm + bs, Cm + bs, D[i], T,
-                             I, S, h);
+                             I, S, h, h0 ? h0 + c : NULL, h_last ? h_last + c : NULL,
+                             decay ? decay + c : NULL);
             }
         }
         free(A), free(h);
     }
 }
 
-void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
-                             float *dA_log, float *dD, const float *dy, const float *u,
-                             const float *dt, const float *dt_bias, const float *A_log,
-                             const float *Bm, const float *Cm, const float *D, int B, int T, int I,
-                             int S) {
+void selective_scan_forward(float *y, const float *u, const float *dt, const float *dt_bias,
+                            const float *A_log, const float *Bm, const float *Cm, const float *D,
+                            int B, int T, int I, int S) {
+    selective_scan_chunk_forward(y, u, dt, dt_bias, A_log, Bm, Cm, D, B, T, I, S, NULL, NULL, NULL);
+}
+
+void selective_scan_chunk_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
+                                   float *dA_log, float *dD, const float *dy, const float *u,
+                                   const float *dt, const float *dt_bias, const float *A_log,
+                                   const float *Bm, const float *Cm, const float *D, int B, int T,
+                                   int I, int S, const float *h0, const float *g_last, float *dh0) {
     int G = (I + SCAN_GROUP - 1) / SCAN_GROUP;
     size_t NS = (size_t)B * T * S;
     float *dBp = xmalloc((size_t)G * NS * sizeof(float)); // (G, B, T, S), zeroed
@@ -111,7 +120,8 @@ void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, floa
 #pragma omp for
         for (int grp = 0; grp < G; grp++)
             scan_group_backward(du, ddt, dBp + grp * NS, dCp + grp * NS, ddt_bias, dA_log, dD, dy,
-                                u, dt, dt_bias, A_log, Bm, Cm, D, grp, B, T, I, S, A, dA, g, hs);
+                                u, dt, dt_bias, A_log, Bm, Cm, D, grp, B, T, I, S, A, dA, g, hs, h0,
+                                g_last, dh0);
         free(A), free(dA), free(g), free(hs);
     }
 #pragma omp parallel for
@@ -121,4 +131,13 @@ void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, floa
         dBm[n] = b, dCm[n] = c;
     }
     free(dBp), free(dCp);
+}
+
+void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
+                             float *dA_log, float *dD, const float *dy, const float *u,
+                             const float *dt, const float *dt_bias, const float *A_log,
+                             const float *Bm, const float *Cm, const float *D, int B, int T, int I,
+                             int S) {
+    selective_scan_chunk_backward(du, ddt, dBm, dCm, ddt_bias, dA_log, dD, dy, u, dt, dt_bias,
+                                  A_log, Bm, Cm, D, B, T, I, S, NULL, NULL, NULL);
 }

@@ -105,14 +105,18 @@ void causal_conv1d_backward(float *dx, float *dweight, float *dbias, const float
 __global__ static void selective_scan_forward_kernel(float *y, const float *u, const float *dt,
                                                      const float *dt_bias, const float *A_log,
                                                      const float *Bm, const float *Cm,
-                                                     const float *D, int B, int T, int I, int S) {
+                                                     const float *D, int B, int T, int I, int S,
+                                                     const float *h0, float *h_last,
+                                                     float *decay) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= B * I) return;
     int b = c / I, i = c % I;
     float A[SCAN_MAX_STATE], h[SCAN_MAX_STATE];
     for (int s = 0; s < S; s++) A[s] = -expf(A_log[(size_t)i * S + s]);
     size_t o = (size_t)b * T * I + i, bs = (size_t)b * T * S; // token (b, 0)
-    scan_channel(y + o, NULL, u + o, dt + o, dt_bias[i], A, Bm + bs, Cm + bs, D[i], T, I, S, h);
+    size_t st = (size_t)c * S; // channel (b, i)'s state
+    scan_channel(y + o, NULL, u + o, dt + o, dt_bias[i], A, Bm + bs, Cm + bs, D[i], T, I, S, h,
+                 h0 ? h0 + st : NULL, h_last ? h_last + st : NULL, decay ? decay + st : NULL);
 }
 
 // one thread per channel group; hs (G, T, S) its states' scratch
@@ -120,14 +124,14 @@ __global__ static void selective_scan_backward_kernel(
     float *du, float *ddt, float *dBp, float *dCp, float *ddt_bias, float *dA_log, float *dD,
     float *hs, const float *dy, const float *u, const float *dt, const float *dt_bias,
     const float *A_log, const float *Bm, const float *Cm, const float *D, int G, int B, int T,
-    int I, int S) {
+    int I, int S, const float *h0, const float *g_last, float *dh0) {
     int grp = blockIdx.x * blockDim.x + threadIdx.x;
     if (grp >= G) return;
     float A[SCAN_MAX_STATE], dA[SCAN_MAX_STATE], g[SCAN_MAX_STATE];
     size_t NS = (size_t)B * T * S;
     scan_group_backward(du, ddt, dBp + grp * NS, dCp + grp * NS, ddt_bias, dA_log, dD, dy, u, dt,
                         dt_bias, A_log, Bm, Cm, D, grp, B, T, I, S, A, dA, g,
-                        hs + (size_t)grp * T * S);
+                        hs + (size_t)grp * T * S, h0, g_last, dh0);
 }
 
 // dBm, dCm (NS) = the groups' partial sums, in group order
@@ -140,25 +144,33 @@ __global__ static void scan_sum_groups_kernel(float *dBm, float *dCm, const floa
     dBm[n] = b, dCm[n] = c;
 }
 
-void selective_scan_forward(float *y, const float *u, const float *dt, const float *dt_bias,
-                            const float *A_log, const float *Bm, const float *Cm, const float *D,
-                            int B, int T, int I, int S) {
+void selective_scan_chunk_forward(float *y, const float *u, const float *dt, const float *dt_bias,
+                                  const float *A_log, const float *Bm, const float *Cm,
+                                  const float *D, int B, int T, int I, int S, const float *h0,
+                                  float *h_last, float *decay) {
     PROFILE(PROFILE_OTHER);
     check_state_size(S);
     if (B * I == 0 || T == 0) return;
     selective_scan_forward_kernel<<<blocks_for((size_t)B * I, 128), 128>>>(y, u, dt, dt_bias,
                                                                            A_log, Bm, Cm, D, B, T,
-                                                                           I, S);
+                                                                           I, S, h0, h_last, decay);
     cudaCheckLaunch();
+}
+
+void selective_scan_forward(float *y, const float *u, const float *dt, const float *dt_bias,
+                            const float *A_log, const float *Bm, const float *Cm, const float *D,
+                            int B, int T, int I, int S) {
+    selective_scan_chunk_forward(y, u, dt, dt_bias, A_log, Bm, Cm, D, B, T, I, S, NULL, NULL, NULL);
 }
 
 static DeviceScratch scan_buf;
 
-void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
-                             float *dA_log, float *dD, const float *dy, const float *u,
-                             const float *dt, const float *dt_bias, const float *A_log,
-                             const float *Bm, const float *Cm, const float *D, int B, int T, int I,
-                             int S) {
+void selective_scan_chunk_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
+                                   float *dA_log, float *dD, const float *dy, const float *u,
+                                   const float *dt, const float *dt_bias, const float *A_log,
+                                   const float *Bm, const float *Cm, const float *D, int B, int T,
+                                   int I, int S, const float *h0, const float *g_last,
+                                   float *dh0) {
     PROFILE(PROFILE_OTHER);
     check_state_size(S);
     if (B * I == 0 || T == 0) return;
@@ -169,8 +181,18 @@ void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, floa
     cudaCheck(cudaMemsetAsync(dBp, 0, parts * sizeof(float), 0));
     selective_scan_backward_kernel<<<blocks_for(G, 32), 32>>>(du, ddt, dBp, dCp, ddt_bias, dA_log,
                                                               dD, hs, dy, u, dt, dt_bias, A_log,
-                                                              Bm, Cm, D, G, B, T, I, S);
+                                                              Bm, Cm, D, G, B, T, I, S, h0, g_last,
+                                                              dh0);
     cudaCheckLaunch();
     scan_sum_groups_kernel<<<blocks_for(NS, 256), 256>>>(dBm, dCm, dBp, dCp, G, NS);
     cudaCheckLaunch();
+}
+
+void selective_scan_backward(float *du, float *ddt, float *dBm, float *dCm, float *ddt_bias,
+                             float *dA_log, float *dD, const float *dy, const float *u,
+                             const float *dt, const float *dt_bias, const float *A_log,
+                             const float *Bm, const float *Cm, const float *D, int B, int T, int I,
+                             int S) {
+    selective_scan_chunk_backward(du, ddt, dBm, dCm, ddt_bias, dA_log, dD, dy, u, dt, dt_bias,
+                                  A_log, Bm, Cm, D, B, T, I, S, NULL, NULL, NULL);
 }

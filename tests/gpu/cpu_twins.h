@@ -39,6 +39,8 @@
     X(causal_conv1d_backward)                                                                      \
     X(selective_scan_forward)                                                                      \
     X(selective_scan_backward)                                                                     \
+    X(selective_scan_chunk_forward)                                                                \
+    X(selective_scan_chunk_backward)                                                               \
     X(cross_entropy_stats)                                                                         \
     X(cross_entropy_rescale)                                                                       \
     X(cross_entropy_loss)                                                                          \
