@@ -9,7 +9,7 @@
 #
 # usage: examples/mamba/train_mamba.sh [WORK_DIR] [STEPS]   (defaults tmp/mamba, 200)
 # The layout: NP=N ranks for mpirun and LAYOUT="--dp 2 --tp 2 --pp 2" (the default, 8 ranks; a
-# Mamba runs dp, ZeRO-1, pp and tp). The last line gives both models' losses at the last step.
+# Mamba runs dp, ZeRO-1, pp, tp and cp). The last line gives both models' losses at the last step.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=${1:-tmp/mamba}
