@@ -9,7 +9,11 @@
 //      weight, within TORCH_TOL of each tensor's largest value; a backward run twice gives twice
 //      the weight gradients (they accumulate);
 //   c. the comparison can fail: A_log moved by 5e-2, or D left out, moves y by more than
-//      10 * TORCH_TOL.
+//      10 * TORCH_TOL;
+//   d. the scan of a sequence cut in two chunks (context parallelism: mamba_context_parallel.c),
+//      the second from the state the first hands over, is the scan of the whole: y, and every
+//      gradient with the second chunk's gradient of its first state handed back to the first;
+//      and a chunk's last state from h_in is its last state from zero + its decay product * h_in.
 // Every tensor goes through device memory, so the program runs on either build.
 // usage: test_mamba tests/fixtures/mamba_block.bin
 #include <math.h>
@@ -169,6 +173,110 @@ static void test_scan_fd(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// d. the scan in chunks: rows [t0, t0 + n) of each sequence of a host (B, KT, w) tensor, on the
+// device as (B, n, w)
+static float *rows_to_device(const float *h, int t0, int n, int w) {
+    float *part = xmalloc((size_t)KB * n * w * sizeof(float));
+    for (int b = 0; b < KB; b++)
+        memcpy(part + (size_t)b * n * w, h + ((size_t)b * KT + t0) * w,
+               (size_t)n * w * sizeof(float));
+    float *d = to_device(part, (size_t)KB * n * w * sizeof(float));
+    free(part);
+    return d;
+}
+
+// max |whole's rows [t0, t0+n) - part| / max |whole| for (B, KT, w) and (B, n, w) device tensors
+static double rows_err(const float *whole, const float *part, int t0, int n, int w) {
+    float *hw = to_host(whole, (size_t)KB * KT * w), *hp = to_host(part, (size_t)KB * n * w);
+    float *sub = xmalloc((size_t)KB * n * w * sizeof(float));
+    for (int b = 0; b < KB; b++)
+        memcpy(sub + (size_t)b * n * w, hw + ((size_t)b * KT + t0) * w,
+               (size_t)n * w * sizeof(float));
+    double err = rel_to_max(hp, sub, (size_t)KB * n * w);
+    free(hw), free(hp), free(sub);
+    return err;
+}
+
+static double device_err(const float *a, const float *b, size_t n) {
+    float *ha = to_host(a, n), *hb = to_host(b, n);
+    double err = rel_to_max(ha, hb, n);
+    free(ha), free(hb);
+    return err;
+}
+
+static void test_scan_chunks(void) {
+    enum { T1 = 3, T2 = KT - T1, NIN = 5, NOUT = 8 };
+    size_t n = (size_t)KB * KT * KI, nS = (size_t)KB * KT * KS, st = (size_t)KB * KI * KS;
+    float *host[NIN] = {random_host(n), random_host(n), random_host(nS), random_host(nS),
+                        random_host(n)}; // u, dt, B, C, dy
+    for (size_t i = 0; i < n; i++) host[1][i] -= 0.5f;
+    float *A_log = random_host(KI * KS);
+    for (int i = 0; i < KI * KS; i++) A_log[i] = logf(1.0f + i % KS) + 0.3f * A_log[i];
+    float *dt_bias = random_device(KI, 0.5f, 0.0f), *D = random_device(KI, 0.3f, 1.0f);
+    float *A = to_device(A_log, KI * KS * sizeof(float));
+    // [0]: the whole sequence, [1], [2]: its chunks of T1 and T2 tokens. in: u dt B C dy; out: y,
+    // du, ddt, dB, dC, d dt_bias, d A_log, d D (the chunks share the last three: they add up)
+    int width[NIN] = {KI, KI, KS, KS, KI}, t0[3] = {0, 0, T1}, len[3] = {KT, T1, T2};
+    int out_width[5] = {KI, KI, KI, KS, KS};
+    float *in[3][NIN], *out[3][NOUT];
+    for (int c = 0; c < 3; c++) {
+        for (int k = 0; k < NIN; k++) in[c][k] = rows_to_device(host[k], t0[c], len[c], width[k]);
+        for (int k = 0; k < 5; k++) out[c][k] = device_zeros((size_t)KB * len[c] * out_width[k]);
+        if (c < 2) // the chunks' parameter gradients: one set, as the whole's
+            out[c][5] = device_zeros(KI), out[c][6] = device_zeros(KI * KS),
+            out[c][7] = device_zeros(KI);
+        else
+            for (int k = 5; k < NOUT; k++) out[2][k] = out[1][k];
+    }
+    float *h1 = device_zeros(st), *h2 = device_zeros(st), *h2_zero = device_zeros(st);
+    float *decay2 = device_zeros(st), *G = device_zeros(st), *y_zero = device_zeros(n);
+#define SCAN_ARGS(c) in[c][0], in[c][1], dt_bias, A, in[c][2], in[c][3], D, KB, len[c], KI, KS
+#define BACK_ARGS(c)                                                                               \
+    out[c][1], out[c][2], out[c][3], out[c][4], out[c][5], out[c][6], out[c][7], in[c][4],         \
+        in[c][0], in[c][1], dt_bias, A, in[c][2], in[c][3], D, KB, len[c], KI, KS
+    selective_scan_forward(out[0][0], SCAN_ARGS(0));
+    selective_scan_chunk_forward(out[1][0], SCAN_ARGS(1), NULL, h1, NULL);
+    selective_scan_chunk_forward(out[2][0], SCAN_ARGS(2), h1, h2, NULL);
+    selective_scan_chunk_forward(y_zero, SCAN_ARGS(2), NULL, h2_zero, decay2);
+    selective_scan_backward(BACK_ARGS(0));
+    // the second chunk first: the gradient its tokens send to its first state, then the first
+    // chunk with that gradient arriving at its last state
+    selective_scan_chunk_backward(BACK_ARGS(2), h1, NULL, G);
+    selective_scan_chunk_backward(BACK_ARGS(1), NULL, G, NULL);
+#undef SCAN_ARGS
+#undef BACK_ARGS
+    const char *names[5] = {"y", "du", "d dt", "d B", "d C"};
+    double worst = 0.0;
+    for (int k = 0; k < 5; k++) {
+        double e1 = rows_err(out[0][k], out[1][k], 0, T1, out_width[k]);
+        double e2 = rows_err(out[0][k], out[2][k], T1, T2, out_width[k]);
+        char what[96];
+        snprintf(what, sizeof what, "chunked scan (%d + %d tokens): %s equals the whole's", T1, T2,
+                 names[k]);
+        check(what, e1 > e2 ? e1 : e2, EXACT_TOL);
+    }
+    for (int k = 5; k < NOUT; k++) {
+        double e = device_err(out[1][k], out[0][k], k == 6 ? (size_t)KI * KS : KI);
+        if (!(e <= worst)) worst = e;
+    }
+    check("chunked scan: d dt_bias, d A_log, d D (the chunks' sums) equal the whole's", worst,
+          EXACT_TOL);
+    // h_last from h1 = h_last from zero + decay * h1, the linearity context parallelism rests on
+    float *a = to_host(h2, st), *z = to_host(h2_zero, st), *P = to_host(decay2, st);
+    float *h = to_host(h1, st);
+    for (size_t e = 0; e < st; e++) z[e] += P[e] * h[e];
+    check("a chunk's last state = its last state from zero + its decay * the state handed in",
+          rel_to_max(z, a, st), EXACT_TOL);
+    free(a), free(z), free(P), free(h), free(A_log);
+    for (int k = 0; k < NIN; k++) free(host[k]);
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < NIN + (c < 2 ? NOUT : 5); k++)
+            device_free(k < NIN ? in[c][k] : out[c][k - NIN]);
+    float *rest[] = {dt_bias, D, A, h1, h2, h2_zero, decay2, G, y_zero};
+    for (size_t k = 0; k < sizeof rest / sizeof rest[0]; k++) device_free(rest[k]);
+}
+
+// ---------------------------------------------------------------------------------------------
 // b. the mixer against transformers
 #define WEIGHTS mamba_tensor_names
 enum { NW = MAMBA_TENSORS };
@@ -295,6 +403,8 @@ int main(int argc, char **argv) {
     test_vs_torch(fx);
     printf("c. the comparison can fail\n");
     test_wrong(fx);
+    printf("d. the scan in chunks, a state handed over\n");
+    test_scan_chunks();
     fixture_free(fx);
     free(fx);
     printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
