@@ -15,7 +15,9 @@
 //                  model_forward would have: each token costs one position.
 // Only backend kernels touch device memory, so the GPU build runs it too (both ways give the
 // fixture's ids on the CUDA emulator, make GPU=emulate). A mixture-of-experts model (num_experts
-// in its config.json) takes the first way: each token's experts depend on that token alone.
+// in its config.json) takes the first way: each token's experts depend on that token alone. A
+// Mamba's cache is its recurrent state (model_mamba.c's mamba_decode_step): each layer's conv
+// window, the rows of xi before the token, and its scan's state, stepped by one token.
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -328,6 +330,8 @@ static int generate(Model *model, int *tokens, int P, int text_vocab, int eot, c
     float *lse = device_malloc((size_t)model->H * sizeof(float));
     uint64_t rng = args->seed;
     forward_window(model, tokens, zeros); // the prompt: the first logits, and the cache
+    int mamba = config_is_mamba(&model->cfg);
+    float *states = mamba && args->kv_cache ? mamba_decode_begin(model, P) : NULL;
     for (int len = P; made < args->max_new_tokens; len++) {
         device_to_host(logits, model->logits + (size_t)(len - 1) * V, (size_t)V * sizeof(float));
         int next = sample_token(logits, text_vocab, args, random_uniform(&rng));
@@ -340,7 +344,9 @@ static int generate(Model *model, int *tokens, int P, int text_vocab, int eot, c
                     made, model->cfg.max_position_embeddings);
             break;
         }
-        if (args->kv_cache)
+        if (args->kv_cache && mamba) // the conv's window and the scan's state, per layer
+            mamba_decode_step(model, len, next, states);
+        else if (args->kv_cache)
             decode_step(model, len, next, positions, lse);
         else
             forward_window(model, tokens, zeros);
@@ -350,6 +356,7 @@ static int generate(Model *model, int *tokens, int P, int text_vocab, int eot, c
     free(zeros);
     device_free(positions);
     device_free(lse);
+    if (states) device_free(states);
     return made;
 }
 
@@ -367,9 +374,9 @@ int main(int argc, char **argv) {
     Config cfg;
     config_defaults(&cfg);
     checkpoint_read_config(&cfg, folder, "generate: --checkpoint");
-    // decode_step is the dense Llama's: a mixture of experts and a Mamba (whose recurrent state
-    // is not kept yet) run the training forward each token
-    if (cfg.num_experts > 0 || config_is_mamba(&cfg)) args.kv_cache = 0;
+    // decode_step is the dense Llama's: a mixture of experts runs the training forward each token
+    // (a Mamba keeps its recurrent state instead of a cache: model_mamba.c)
+    if (cfg.num_experts > 0) args.kv_cache = 0;
 
     // --tokenizer, else the checkpoint's own copy (checkpoint_tokenizer.h), else bytes
     Tokenizer *tok = checkpoint_tokenizer_load(folder, args.tokenizer);

@@ -275,3 +275,9 @@ const float *mamba_layer_backward(Model *model, float *dresid, const Activations
 // the layer's sizes and backward buffers (before model_alloc_buffers), and their release
 void mamba_alloc_buffers(Model *model);
 void mamba_free_buffers(Model *model);
+// ./generate's recurrent state instead of a KV cache (B = 1, tp = cp = 1): after the prompt's
+// window forward (P tokens), each layer's SSM state (L, I, S), a device allocation the caller
+// frees; then one token at position pos, its row of every slot tensor and of logits, the state
+// stepped
+float *mamba_decode_begin(Model *model, int P);
+void mamba_decode_step(Model *model, int pos, int token, float *states);

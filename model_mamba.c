@@ -175,3 +175,65 @@ void mamba_free_buffers(Model *model) {
     if (model->mamba_cp) mamba_cp_free(model->mamba_cp);
     free(model->mamba_cp);
 }
+
+// ./generate's recurrent state (B = 1): what the prompt's window forward left in slot 0, rows
+// [0, P), scanned once more into each layer's SSM state after token P-1, (L, I, S)
+float *mamba_decode_begin(Model *model, int P) {
+    const MambaSizes *s = &model->mamba;
+    size_t state = (size_t)s->I * s->S;
+    float *states = device_malloc(model->L * state * sizeof(float));
+    for (int l = 0; l < model->L; l++) {
+        const MambaActivations *a = &model->slots[0].layers[l].mixer;
+        const MambaWeights *w = &model->w.layers[l].mixer;
+        selective_scan_chunk_forward(model->mamba_grads.dy, a->u, a->dt, w->dt_proj_bias, w->A_log,
+                                     a->Bm, a->Cm, w->D, 1, P, s->I, s->S, NULL, states + l * state,
+                                     NULL);
+    }
+    return states;
+}
+
+// Position pos alone, its token given, as model_forward computes row pos of slot 0: each layer's
+// conv reads the rows of xi before it (its window), its scan steps the layer's state by one
+// token. Writes row pos of the slot's tensors and of model->logits.
+void mamba_decode_step(Model *model, int pos, int token, float *states) {
+    Activations *a = &model->slots[0];
+    const MambaSizes *s = &model->mamba;
+    int C = model->C, V = model->V, I = s->I, S = s->S, R = s->R, W = s->W;
+    size_t p = pos, NC = (size_t)model->T * C, state = (size_t)I * S;
+    float eps = model->cfg.rms_norm_eps, *u_win = model->mamba_grads.du;
+    float *pre_win = model->mamba_grads.dxi;
+    host_to_device(a->tokens + p, &token, sizeof token);
+    embedding_forward(a->resid + p * C, a->tokens + p, model->w.embed_tokens, 1, C, 0, V);
+    for (int l = 0; l < model->L; l++) {
+        const LayerWeights *w = &model->w.layers[l];
+        const MambaWeights *m = &w->mixer;
+        MambaActivations *x = &a->layers[l].mixer;
+        float *in = a->resid + l * NC + p * C, *out = a->resid + (l + 1) * NC + p * C;
+        float *ln = a->layers[l].self_attn.ln1 + p * C;
+        rmsnorm_forward(ln, a->layers[l].self_attn.rstd1 + p, in, w->norm, 1, C, eps);
+        // in_proj, then the conv over the window of the last W rows of xi (fewer at the start)
+        matmul_forward(x->xi + p * I, ln, m->in_proj, 1, C, I);
+        matmul_forward(x->z + p * I, ln, m->in_proj + (size_t)I * C, 1, C, I);
+        int first = pos - (W - 1) > 0 ? pos - (W - 1) : 0, rows = pos - first + 1;
+        causal_conv1d_forward(u_win, pre_win, x->xi + (size_t)first * I, m->conv1d_weight,
+                              m->conv1d_bias, 1, rows, I, W);
+        device_copy(x->u + p * I, u_win + (size_t)(rows - 1) * I, I * sizeof(float));
+        device_copy(x->pre + p * I, pre_win + (size_t)(rows - 1) * I, I * sizeof(float));
+        // x_proj, dt_proj, then the scan of one token from the layer's state, which it steps
+        matmul_forward(x->dt_low + p * R, x->u + p * I, m->x_proj, 1, I, R);
+        matmul_forward(x->Bm + p * S, x->u + p * I, m->x_proj + (size_t)R * I, 1, I, S);
+        matmul_forward(x->Cm + p * S, x->u + p * I, m->x_proj + (size_t)(R + S) * I, 1, I, S);
+        matmul_forward(x->dt + p * I, x->dt_low + p * R, m->dt_proj_weight, 1, R, I);
+        float *h = states + l * state;
+        selective_scan_chunk_forward(x->y + p * I, x->u + p * I, x->dt + p * I, m->dt_proj_bias,
+                                     m->A_log, x->Bm + p * S, x->Cm + p * S, m->D, 1, 1, I, S, h, h,
+                                     NULL);
+        // the gate, out_proj and the residual
+        swiglu_forward(x->gated + p * I, x->z + p * I, x->y + p * I, I);
+        matmul_forward(out, x->gated + p * I, m->out_proj, 1, I, C);
+        add_inplace(out, in, C);
+    }
+    float *lnf = a->lnf + p * C;
+    rmsnorm_forward(lnf, a->rstdf + p, a->resid + model->L * NC + p * C, model->w.norm, 1, C, eps);
+    matmul_forward(model->logits + p * V, lnf, model->w.lm_head, 1, C, V);
+}

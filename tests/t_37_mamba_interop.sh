@@ -11,7 +11,8 @@
 #     continues with the loss of the run that never stopped;
 #  4. with PyTorch (TORCH_PYTHON, default python3): transformers loads step 1's folder with no
 #     missing or unexpected keys (hf_loss.py refuses any), its loss on step 2's batch equals
-#     the C run's, and its greedy decoding (MambaForCausalLM.generate) equals ./generate's;
+#     the C run's, and its greedy decoding (MambaForCausalLM.generate) equals ./generate's, which
+#     keeps each layer's recurrent state (and gives the ids of the whole window per token);
 #  5. what a Mamba does not run yet is refused in one line naming the key.
 cd "$(dirname "$0")/.." || exit 1
 TOL=1e-6
@@ -65,6 +66,15 @@ got=$(loss_at resumed 2) want2=$(loss_at trained 2)
 check "resumed under pp2 from dp2's step 1: step 2 loss $got, the run that never stopped $want2 (rel diff $(rel "$got" "$want2"))" \
     close "$got" "$want2"
 
+# ./generate's recurrent state (each layer's conv window and scan state, stepped a token at a time)
+# gives the ids of the training forward over the whole window
+prompt="It is a truth universally"
+gen() { timeout 60 ./generate --checkpoint "$dir/trained/1" --prompt "$prompt" --max_new_tokens 16 \
+    --print_ids "$@" 2>/dev/null | grep -E '^[0-9 ]+$'; }
+state_ids=$(gen) window_ids=$(gen --no_kv_cache)
+check "./generate with the recurrent state: '$state_ids', the whole window per token: '$window_ids'" \
+    test -n "$state_ids" -a "$state_ids" = "$window_ids"
+
 # 4. transformers opens step 1's folder
 python=${TORCH_PYTHON:-python3}
 if $python -c "import torch, transformers" 2>/dev/null; then
@@ -76,7 +86,6 @@ if $python -c "import torch, transformers" 2>/dev/null; then
     check "transformers loads step 1's folder (no missing or unexpected keys): its loss on step 2's batch $hf, the C run's $got (rel diff $(rel "$got" "$hf"))" \
         close "$got" "$hf"
     # greedy decoding of the same folder: MambaForCausalLM.generate and ./generate (bytes)
-    prompt="It is a truth universally"
     hf_ids=$($python -c "
 import sys, torch, transformers
 transformers.utils.logging.set_verbosity_error()
@@ -84,10 +93,8 @@ m = transformers.AutoModelForCausalLM.from_pretrained('$dir/trained/1', dtype=to
 ids = torch.tensor([list(b'$prompt')])
 out = m.generate(ids, do_sample=False, max_new_tokens=16, pad_token_id=0)
 print(' '.join(str(t) for t in out[0, ids.shape[1]:].tolist()))" 2>/dev/null | tail -n 1)
-    c_ids=$(timeout 60 ./generate --checkpoint "$dir/trained/1" --prompt "$prompt" \
-        --max_new_tokens 16 --print_ids 2>/dev/null | grep -E '^[0-9 ]+$')
-    check "greedy decoding of step 1's folder: transformers' 16 ids '$hf_ids', ./generate's '$c_ids'" \
-        test -n "$hf_ids" -a "$hf_ids" = "$c_ids"
+    check "greedy decoding of step 1's folder: transformers' 16 ids '$hf_ids', ./generate's '$state_ids'" \
+        test -n "$hf_ids" -a "$hf_ids" = "$state_ids"
 else
     echo "skip transformers loading a checkpoint written here: no PyTorch in $python (set TORCH_PYTHON)"
 fi
