@@ -577,14 +577,13 @@ static void config_validate_mamba(const Config *c) {
           "training.seq_length / distributed.cp_size = %d tokens per cp rank is fewer than the "
           "conv's model.conv_kernel - 1 = %d earlier tokens a chunk hands on; lower cp_size",
           c->seq_length / c->cp_size, c->conv_kernel - 1);
-    const char *unsupported = c->cp_zigzag           ? "distributed.cp_zigzag"
-                              : c->sequence_parallel ? "distributed.sequence_parallel"
-                              : c->num_experts > 0   ? "model.num_experts > 0"
-                              : c->ep_size > 1       ? "distributed.ep_size > 1"
-                                                     : NULL;
+    const char *unsupported = c->cp_zigzag         ? "distributed.cp_zigzag"
+                              : c->num_experts > 0 ? "model.num_experts > 0"
+                              : c->ep_size > 1     ? "distributed.ep_size > 1"
+                                                   : NULL;
     CHECK(!unsupported,
-          "%s is not supported with model.model_type = \"mamba\" yet (dp, ZeRO-1, pp, tp, cp and "
-          "recomputation are): turn it off",
+          "%s is not supported with model.model_type = \"mamba\" yet (every other layout "
+          "is): turn it off",
           unsupported);
 }
 

@@ -115,12 +115,17 @@ void mamba_grads_free(MambaGrads *g) {
 
 // out (N, OC) = u (N, I) @ W (OC, I)^T, a sum over the channels: over every tp rank's when they
 // are split (tensor_parallel.c's row-parallel linear, whose all-reduce completes it)
-static void channel_sum_forward(float *out, const float *u, const float *W, int OC,
+// out_proj's output joins the residual stream: tensor_parallel.c's row-parallel linear, whose
+// sum leaves it as the stream is held (reduce-scattered under sequence parallelism); x_proj's
+// outputs stay inside the mixer, where every tp rank needs all N tokens of them: all-reduced
+static void channel_sum_forward(float *out, const float *u, const float *W, int OC, int to_stream,
                                 const MambaSizes *s) {
-    if (s->tp)
+    if (s->tp && to_stream) {
         row_parallel_linear_forward(s->tp, out, u, W, s->N, s->I, OC);
-    else
-        matmul_forward(out, u, W, s->N, s->I, OC);
+        return;
+    }
+    matmul_forward(out, u, W, s->N, s->I, OC);
+    if (s->tp) all_reduce(out, (size_t)s->N * OC, REDUCE_SUM, s->tp->group);
 }
 
 void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWeights *w,
@@ -136,9 +141,9 @@ void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWei
     else
         causal_conv1d_forward(a->u, a->pre, a->xi, w->conv1d_weight, w->conv1d_bias, B, T, I, s->W);
     // x_proj: dt_low, B, C = u @ W_x[rows]^T
-    channel_sum_forward(a->dt_low, a->u, w->x_proj, R, s);
-    channel_sum_forward(a->Bm, a->u, W_B, S, s);
-    channel_sum_forward(a->Cm, a->u, W_C, S, s);
+    channel_sum_forward(a->dt_low, a->u, w->x_proj, R, 0, s);
+    channel_sum_forward(a->Bm, a->u, W_B, S, 0, s);
+    channel_sum_forward(a->Cm, a->u, W_C, S, 0, s);
     // dt_proj: dt = dt_low @ W_dt^T (its bias and the softplus are the scan's first line)
     matmul_forward(a->dt, a->dt_low, w->dt_proj_weight, N, R, I);
     // scan: y = selective_scan(u, delta = softplus(dt + dt_bias), A = -exp(A_log), B, C, D)
@@ -150,7 +155,7 @@ void mamba_forward(float *y, MambaActivations *a, const float *x, const MambaWei
     // gate: gated = silu(z) * y
     swiglu_forward(a->gated, a->z, a->y, (size_t)N * I);
     // out_proj: out = gated @ W_out^T
-    channel_sum_forward(y, a->gated, w->out_proj, C, s);
+    channel_sum_forward(y, a->gated, w->out_proj, C, 1, s);
 }
 
 void mamba_backward(float *dx, const MambaWeights *dw, MambaGrads *g, const float *dy,

@@ -170,6 +170,7 @@ typedef struct Model {
     MambaSizes mamba;
     MambaGrads mamba_grads;
     MambaContextParallel *mamba_cp; // NULL without context parallelism
+    float *mamba_dy; // (N, C) under sequence parallelism: the gathered gradient of a layer's out
     // data parallelism's backward hook (picotron's register_backward_hook): called as the
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);

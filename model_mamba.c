@@ -131,25 +131,40 @@ void mamba_layer_forward(Model *model, float *out, const Activations *a, int l) 
     // ln = rmsnorm(x), eps layer_norm_epsilon (model->cfg.rms_norm_eps holds it)
     rmsnorm_forward(s->self_attn.ln1, s->self_attn.rstd1, x, w->norm, model->Ns, model->C,
                     model->cfg.rms_norm_eps);
-    // out = x + mixer(ln)
-    mamba_forward(out, &s->mixer, s->self_attn.ln1, &w->mixer, &model->mamba);
+    // out = x + mixer(ln), the mixer reading all N tokens of ln (gathered under sequence
+    // parallelism) and its out_proj leaving this rank's rows of its output
+    const float *ln = tensor_parallel_region_input(&model->tp, s->self_attn.ln1);
+    mamba_forward(out, &s->mixer, ln, &w->mixer, &model->mamba);
     add_inplace(out, x, NC);
 }
 
 const float *mamba_layer_backward(Model *model, float *dresid, const Activations *a, int l) {
     const LayerWeights *w = &model->w.layers[l], *dw = &model->dw.layers[l];
     const LayerActivations *s = &a->layers[l];
-    int N = model->Ns, C = model->C;
+    TensorParallel *tp = &model->tp;
+    int N = model->B * model->T, C = model->C;
     float *dln = model->d.self_attn.ln1; // (N, C)
-    // forward: out = x + mixer(ln): dresid passes through the residual, the mixer adds into dln
+    // forward: out = x + mixer(ln): dresid passes through the residual, the mixer adds into dln.
+    // Under sequence parallelism the mixer reads all N rows of d out and of ln, each gathered
+    // into the one region buffer: d out is kept apart first
+    const float *dy = tensor_parallel_region_input(tp, dresid);
+    if (tp->split) {
+        device_copy(model->mamba_dy, dy, (size_t)N * C * sizeof(float));
+        dy = model->mamba_dy;
+    }
+    const float *ln = tensor_parallel_region_input(tp, s->self_attn.ln1);
     device_zero(dln, (size_t)N * C * sizeof(float));
-    mamba_backward(dln, &dw->mixer, &model->mamba_grads, dresid, &s->mixer, s->self_attn.ln1,
-                   &w->mixer, &model->mamba);
+    mamba_backward(dln, &dw->mixer, &model->mamba_grads, dy, &s->mixer, ln, &w->mixer,
+                   &model->mamba);
     // forward: xi, z = in_proj(ln), column-parallel: this rank's channels' part of d ln sums
-    if (model->mamba.tp) all_reduce(dln, (size_t)N * C, REDUCE_SUM, model->tp.group);
-    // forward: ln = rmsnorm(x)
-    rmsnorm_backward(dresid, dw->norm, dln, model_layer_input(model, a, l), w->norm,
-                     s->self_attn.rstd1, N, C);
+    // (all-reduced, or reduce-scattered to this rank's rows)
+    if (model->mamba.tp) {
+        Handle h = tensor_parallel_grad_sum_start(tp, dln, (size_t)N * C);
+        comm_wait(&h);
+    }
+    // forward: ln = rmsnorm(x), on this rank's rows
+    rmsnorm_backward(dresid, dw->norm, tensor_parallel_own_rows(tp, dln),
+                     model_layer_input(model, a, l), w->norm, s->self_attn.rstd1, model->Ns, C);
     return dw->mixer.out_proj + (size_t)C * model->mamba.I; // out_proj is the layer's last
 }
 
@@ -159,6 +174,10 @@ void mamba_alloc_buffers(Model *model) {
     model->mamba = mamba_sizes(model->B, model->T, model->C, I, c->state_size,
                                config_time_step_rank(c), c->conv_kernel);
     if (model->pgm->tp.size > 1) model->mamba.tp = &model->tp; // the channels split over tp
+    if (c->sequence_parallel) { // d out gathered, kept apart from ln's gather
+        model->mamba_dy = device_malloc((size_t)model->B * model->T * model->C * sizeof(float));
+        model->extension_bytes += (size_t)model->B * model->T * model->C * sizeof(float);
+    }
     if (model->pgm->cp.size > 1) { // the sequence split over cp (mamba_context_parallel.c)
         model->mamba_cp = xmalloc(sizeof(MambaContextParallel));
         mamba_cp_alloc(model->mamba_cp, &model->pgm->cp, &model->mamba);
@@ -173,6 +192,7 @@ void mamba_alloc_buffers(Model *model) {
 void mamba_free_buffers(Model *model) {
     mamba_grads_free(&model->mamba_grads);
     if (model->mamba_cp) mamba_cp_free(model->mamba_cp);
+    if (model->mamba_dy) device_free(model->mamba_dy);
     free(model->mamba_cp);
 }
 

@@ -70,6 +70,10 @@ void sequence_parallel_init(SequenceParallel *sp, Model *model, DataParallel *dp
     sp->norms = xmalloc((2 * (size_t)model->L + 1) * sizeof(size_t));
     const ModelWeights *dw = &model->dw;
     for (int l = 0; l < model->L; l++) {
+        if (config_is_mamba(&model->cfg)) { // a Mamba layer has one norm (model_mamba.c)
+            sp->norms[sp->num_norms++] = dw->layers[l].norm - model->grads;
+            continue;
+        }
         sp->norms[sp->num_norms++] = dw->layers[l].self_attn.input_layernorm - model->grads;
         sp->norms[sp->num_norms++] = dw->layers[l].mlp.post_attention_layernorm - model->grads;
     }

@@ -101,7 +101,7 @@ fi
 
 # 5. refusals, one line each
 for bad in "--use_bias 1:model.use_bias" "--cp 2 --cp_zigzag:distributed.cp_zigzag" \
-    "--tp 2 --sequence_parallel:distributed.sequence_parallel" "--num_experts 4:model.num_experts" \
+    "--num_experts 4:model.num_experts" \
     "--time_step_init_scheme x:model.time_step_init_scheme"; do
     ./create_config --out_dir "$dir" --exp_name bad --overwrite --model_type mamba ${bad%%:*} \
         >"$dir/bad.log" 2>&1
