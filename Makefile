@@ -3,7 +3,10 @@
 CC       = mpicc
 OPT     ?= -O2 -march=native -g
 SANITIZE ?=
-CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -fno-math-errno -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
+# -fvisibility=hidden: the programs export none of their names, so the libraries below MPI keep
+# their own: our send() and recv() would otherwise replace libc's inside UCX (its TCP transport,
+# between nodes, then crashes in MPI_Init)
+CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -fno-math-errno -fvisibility=hidden -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
 LDLIBS   = -lcjson -lm -fopenmp $(SANITIZE)
 BUILD   ?= build
 NP      ?= 8
