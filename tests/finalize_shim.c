@@ -2,14 +2,23 @@
 // 4.0.2 over UCX 1.13.1's TCP transport hangs in MPI_Finalize in about half of the runs with more
 // than two ranks across namespaces (each rank closes its UCX endpoints in flush mode; a rank
 // whose closes are done waits in the PMI barrier and stops reading its sockets, while a peer's
-// close still waits for its answer). Every rank here has finished its work once it calls
-// MPI_Finalize: a barrier (nobody leaves before all arrive), then the process ends.
+// close still waits for its answer). Every rank has finished its work when it calls
+// MPI_Finalize: a barrier (nobody leaves before all arrive), then PMI's own finalize, so that
+// Hydra's proxy sees a rank that ended as it should (not one that died, which ends the job with
+// SIGKILL), then the process ends.
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 int MPI_Finalize(void) {
     PMPI_Barrier(MPI_COMM_WORLD);
     fflush(NULL);
+    const char *fd_name = getenv("PMI_FD"); // Hydra's PMI-1 wire: "cmd=finalize", then the ack
+    if (fd_name) {
+        int fd = atoi(fd_name);
+        char ack[64];
+        if (write(fd, "cmd=finalize\n", 13) == 13) (void)!read(fd, ack, sizeof ack);
+    }
     _exit(0);
 }
