@@ -14,8 +14,9 @@
 int MPI_Finalize(void) {
     PMPI_Barrier(MPI_COMM_WORLD);
     fflush(NULL);
-    const char *fd_name = getenv("PMI_FD"); // Hydra's PMI-1 wire: "cmd=finalize", then the ack
-    if (fd_name) {
+    // Hydra's PMI-1 wire: "cmd=finalize", then the ack (Slurm's PMI-2 does not ask for it)
+    const char *fd_name = getenv("PMI_FD");
+    if (fd_name && !getenv("SLURM_STEP_ID")) {
         int fd = atoi(fd_name);
         char ack[64];
         if (write(fd, "cmd=finalize\n", 13) == 13) (void)!read(fd, ack, sizeof ack);
