@@ -120,6 +120,8 @@ nodes_down_links() {
 nodes_down() {
     [ -n "${NODES_DOWN_HOOK:-}" ] && $NODES_DOWN_HOOK
     nodes_down_links
+    [ $NODES_COUNT -gt 0 ] && exec 9>&- # the lock, for the next nodes_up
+    NODES_COUNT=0
 }
 
 nodes_leftovers() {
@@ -128,4 +130,6 @@ nodes_leftovers() {
     for ns in $(ip netns list 2>/dev/null | awk '/^picotron-n[0-9]/ {print $1}'); do
         ip netns pids "$ns" | sed 's/^/process /'
     done
+    # daemons of tests/nodes_slurm.sh: theirs are the only ones reading a slurm.conf of ours
+    pgrep -a -f 'slurm(ctld|d) .*picotron-layouts' | sed 's/^/daemon /'
 }

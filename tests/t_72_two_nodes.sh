@@ -8,14 +8,17 @@
 # the test made is gone at its end. Needs root (CAP_NET_ADMIN); skipped otherwise.
 cd "$(dirname "$0")/.." || exit 1
 NODE_BYTES_TOL=0.10 # the links also carry TCP/IP headers, UCX's own messages and Hydra's PMI
+KILL_END_S=30       # distributed.timeout_s = 5 of the killed job, and Slurm's KillWait = 5
 skip() { echo "$*"; exit 77; }
 source tests/nodes_lib.sh
+source tests/nodes_slurm.sh
 why=$(nodes_can) || skip "skipped: $why"
 [ -x ./train ] || skip "./train is not built"
 source tests/layout_harness.sh
 trap 'nodes_down; rm -rf "$HARNESS_DIR"' EXIT
 nodes_up 4 || { echo "FAIL: could not make 4 nodes"; exit 1; }
 trap 'nodes_down; rm -rf "$HARNESS_DIR"' EXIT # nodes_up set its own; keep the harness's too
+chmod 755 "$HARNESS_DIR" # the Slurm cluster's munged (user munge) has its files below
 mpicc -shared -fPIC -o "$HARNESS_DIR/finalize_shim.so" tests/finalize_shim.c ||
     { echo "FAIL: building tests/finalize_shim.c"; exit 1; }
 # hydra RANKS_PER_NODE NODES: mpirun's options for the nodes; UCX over TCP on each node's link
@@ -63,12 +66,99 @@ done
 grep -q "tp stays inside a node" "$HARNESS_DIR/n4x2/log" && grep -q "dp crosses nodes" "$HARNESS_DIR/n4x2/log" ||
     { echo "FAIL n4x2: want tp inside a node, dp across"; fails=$((fails + 1)); }
 
-nodes_down
-left=$(nodes_leftovers)
-if [ -z "$left" ]; then
-    echo "ok   every namespace, link and process of the nodes is gone"
-else
-    echo "FAIL left behind: $left"
+# ---- Slurm on the first 2 nodes: a job that completes, then one whose second node loses a rank
+slurm=$HARNESS_DIR/slurm
+if ! slurm_nodes_up "$slurm" 2 >"$HARNESS_DIR/slurm.out" 2>&1; then
+    cat "$HARNESS_DIR/slurm.out"
+    echo "FAIL: the 2-node Slurm cluster did not start"
     fails=$((fails + 1))
+else
+    echo "ok   Slurm: $(sinfo -h -N -o '%N %T' | tr '\n' ' ')"
+    export NODE_RANK_SHIM=$HARNESS_DIR/finalize_shim.so
+    status() { cat "$slurm/$1/status.txt" 2>/dev/null; }
+    wait_job() { # wait_job SWEEP/JOB SECONDS: until its status is final
+        local t
+        for ((t = 0; t < $2 * 2; t++)); do
+            case "$(status "$1")" in completed | fail | oom | timeout) return 0 ;; esac
+            sleep 0.5
+            [ $((t % 10)) = 9 ] && ./submit_slurm_jobs.sh --inp_dir "$slurm/${1%%/*}" --status >/dev/null
+        done
+        return 1
+    }
+    submit() { # submit SWEEP STEPS TIMEOUT_S
+        ./create_config --out_dir "$slurm/$1" --exp_name job --dp 2 --tp 2 --pp 2 \
+            --model_name picotron-tiny --seq_len 32 --mbs 2 --grad_acc_steps 2 \
+            --total_train_steps "$2" --timeout_s "$3" --save_frequency 0 --use_cpu >/dev/null &&
+            ./submit_slurm_jobs.sh --inp_dir "$slurm/$1" --cpu --nodes 2 --time 00:05:00 \
+                --signal_lead 0 --train "$PWD/tests/node_rank.sh" >/dev/null
+    }
+    submit done 6 60 || { echo "FAIL: submitting the 2-node job"; fails=$((fails + 1)); }
+    wait_job done/job 120
+    log=$(ls "$slurm"/done/job/log_*.out 2>/dev/null | head -n 1)
+    steps=$(grep -c 'Step:' "$log" 2>/dev/null)
+    echo "    $(grep -m1 '^job .* ranks' "$log" 2>/dev/null)"
+    if [ "$(status done/job)" = completed ] && [ "$steps" = 6 ] &&
+        grep -q 'over the whole run' "$log"; then
+        echo "ok   Slurm: 2-node job completed, $steps loss lines, the report across nodes"
+    else
+        echo "FAIL Slurm: 2-node job '$(status done/job)', ${steps:-0} loss lines"
+        tail -n 5 "$log" 2>/dev/null
+        fails=$((fails + 1))
+    fi
+    submit killed 100000 5 || { echo "FAIL: submitting the job to kill"; fails=$((fails + 1)); }
+    log=""
+    for ((t = 0; t < 120; t++)); do
+        log=$(ls "$slurm"/killed/job/log_*.out 2>/dev/null | head -n 1)
+        [ -n "$log" ] && [ "$(grep -c 'Step:' "$log")" -ge 2 ] && break
+        sleep 0.5
+    done
+    victim=""
+    for pid in $(ip netns pids "$(nodes_ns 1)"); do
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = train ] && victim=$pid && break
+    done
+    if [ -z "$victim" ]; then
+        echo "FAIL Slurm: no rank of the job found on node 1"
+        fails=$((fails + 1))
+    else
+        t0=$(date +%s.%N)
+        kill -KILL "$victim"
+        wait_job killed/job $KILL_END_S
+        t1=$(date +%s.%N)
+        until [ -z "$(squeue -h -o %A)" ] || [ "$(echo "$(date +%s.%N) - $t0 > $KILL_END_S" | bc)" = 1 ]; do
+            sleep 0.5
+        done
+        t1=$(date +%s.%N)
+        took=$(printf %.1f "$(echo "$t1 - $t0" | bc)")
+        line=$(grep -m1 -E 'timeout: waited|error|Abort|BAD TERMINATION|Killed' "$log")
+        echo "    killed rank pid $victim on node 1; job $(status killed/job) after ${took}s: $line"
+        if [ "$(status killed/job)" = fail ] && [ -z "$(squeue -h -o %A)" ] && [ -n "$line" ] &&
+            [ "$(echo "$took <= $KILL_END_S" | bc)" = 1 ]; then
+            echo "ok   Slurm: a killed rank on the second node ends the job in ${took}s (<= $KILL_END_S) with a line"
+        else
+            echo "FAIL Slurm: the job with a killed rank"
+            tail -n 5 "$log"
+            fails=$((fails + 1))
+        fi
+    fi
 fi
+
+nodes_down
+gone() { # gone WHEN: nothing of the fixture is left
+    local left
+    left=$(nodes_leftovers)
+    if [ -z "$left" ]; then
+        echo "ok   every namespace, link, process and daemon of the nodes is gone $1"
+    else
+        echo "FAIL left behind $1: $left"
+        fails=$((fails + 1))
+    fi
+}
+gone "after the test"
+# and after a failure: a script that makes 2 nodes and their cluster, then fails
+mkdir -p "$HARNESS_DIR/failed"
+bash -c 'source tests/nodes_lib.sh && source tests/nodes_slurm.sh && nodes_up 2 &&
+    slurm_nodes_up "$1" 2 >/dev/null && sinfo -h -N -o %N | grep -q pn1 && exit 3' _ "$HARNESS_DIR/failed"
+rc=$?
+[ $rc = 3 ] || { echo "FAIL the failing script ended $rc before its failure"; fails=$((fails + 1)); }
+gone "after a script that failed with its nodes and cluster up (exit $rc)"
 [ $fails -eq 0 ] && [ $harness_failures -eq 0 ]
