@@ -6,7 +6,7 @@
 #include "process_group_manager.h"
 
 typedef struct {
-    int node, num_nodes;  // nodes numbered in the order of their lowest world rank
+    int node, num_nodes; // nodes numbered in the order of their lowest world rank
     int local_rank, ranks_on_node;
     // per group kind, of this rank's peers in that group the share on another node: bytes sent
     // times it is what crossed (exact for groups of two, as all of dp2 x tp2 x pp2's; for a larger

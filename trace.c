@@ -235,7 +235,7 @@ typedef struct {
     double dp_overlap;
     RankMemory memory;
     int node, local_rank, num_nodes;
-    double off_node[GROUP_KINDS]; // share of this rank's peers in each group on another node
+    double off_node[GROUP_KINDS];  // share of this rank's peers in each group on another node
     double run_bytes[GROUP_KINDS]; // sent over the whole run, every step and before the first
 } RankReport;
 
@@ -330,8 +330,9 @@ static void print_crossing(FILE *f, const RankReport *r, int ranks, const int *s
             run += r[i].run_bytes[g] * r[i].off_node[g];
             crosses[g] |= r[i].off_node[g] > 0;
         }
-    fprintf(f, "across %d nodes: bytes that crossed nodes per step, all ranks (a group's bytes "
-               "times its share of peers on other nodes):\n ",
+    fprintf(f,
+            "across %d nodes: bytes that crossed nodes per step, all ranks (a group's bytes "
+            "times its share of peers on other nodes):\n ",
             r[0].num_nodes);
     for (int k = 0; k < 7; k++) {
         GroupKind g = order[k];

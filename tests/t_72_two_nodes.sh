@@ -65,6 +65,13 @@ done
 # tp inside a node on 4 x 2; dp and pp cross
 grep -q "tp stays inside a node" "$HARNESS_DIR/n4x2/log" && grep -q "dp crosses nodes" "$HARNESS_DIR/n4x2/log" ||
     { echo "FAIL n4x2: want tp inside a node, dp across"; fails=$((fails + 1)); }
+# the same layout placed round robin on 2 nodes (Hydra wraps -hosts a:1,b:1): rank 1 on node 1,
+# so tp crosses, and dp (ranks r and r+4) stays inside a node
+HARNESS_MPIRUN=$(hydra 1 2) check_layout base rr2 dp=2 tp=2 pp=2 ga=2 || fails=$((fails + 1))
+across=$(grep -A1 '^across' "$HARNESS_DIR/rr2/log" | tail -n 1 | sed 's/^ *//')
+echo "    $across"
+[[ $across == "dp stays inside a node; tp crosses nodes: "* ]] ||
+    { echo "FAIL rr2: want dp inside a node, tp across"; fails=$((fails + 1)); }
 
 # ---- Slurm on the first 2 nodes: a job that completes, then one whose second node loses a rank
 slurm=$HARNESS_DIR/slurm
