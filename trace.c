@@ -545,7 +545,7 @@ static void write_timeline_svg(const char *path, const Event *ev, const int *cou
     const char *fill[EV_KINDS] = {"#4e79a7", "#f28e2b", NULL,     NULL,
                                   "#59a14f", "#e15759", "#9c755f"};
     Svg svg;
-    svg_open(&svg, path, left + width + 20, top + ranks * row + 70);
+    svg_open(&svg, path, left + width + 60, top + ranks * row + 70); // room for "node 1"
     svg_text(&svg, 10, 22, 14, "start", "#000",
              "step %d, %.1f ms: one row per rank, its compute above, its communications below",
              step, 1e3 * (t1 - t0));
