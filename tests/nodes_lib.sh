@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# The multi-node fixture, sourced by tests/t_72_two_nodes.sh (and by scripts/nodes_slurm.sh's
-# caller): N "nodes" on this one machine, each a network namespace of its own with one veth
-# link to a bridge of the fixture's own. A node has its own network stack: its address, its
+# The multi-node fixture, sourced by tests/t_72_two_nodes.sh (tests/nodes_slurm.sh adds a Slurm
+# cluster on it): N "nodes" on this one machine, each a network namespace of its own with one
+# veth link to a bridge of the fixture's own. A node has its own network stack: its address, its
 # loopback, its routes; what one rank sends another node's rank goes over the link (and shows in
 # the link's counters), as between two machines. Files, shared memory and processes stay shared,
 # as they would not on a real cluster.

@@ -112,6 +112,17 @@ else
         tail -n 5 "$log" 2>/dev/null
         fails=$((fails + 1))
     fi
+    # the metrics as on one node: a row of global_metrics.csv with the layout and the throughput
+    ./extract_metrics.sh --inp_dir "$slurm/done" >/dev/null 2>&1
+    row=$(grep '^job,' "$slurm/done/global_metrics.csv" 2>/dev/null)
+    echo "    global_metrics.csv: $row"
+    IFS=, read -r _ st dp tp pp cp _ _ _ _ tps mfu <<<"$row"
+    if [ "$st $dp $tp $pp $cp" = "completed 2 2 2 1" ] && [ -n "$tps" ] && [ -n "$mfu" ]; then
+        echo "ok   Slurm: the 2-node job's metrics row (tokens/s/GPU $tps, MFU $mfu)"
+    else
+        echo "FAIL Slurm: the 2-node job's metrics row '$row'"
+        fails=$((fails + 1))
+    fi
     submit killed 100000 5 || { echo "FAIL: submitting the job to kill"; fails=$((fails + 1)); }
     log=""
     for ((t = 0; t < 120; t++)); do

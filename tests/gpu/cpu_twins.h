@@ -9,6 +9,7 @@
     X(fill)                                                                                        \
     X(add_inplace)                                                                                 \
     X(scale_inplace)                                                                               \
+    X(scale_rows)                                                                                  \
     X(sum_squares)                                                                                 \
     X(sum_reduce)                                                                                  \
     X(matmul_forward)                                                                              \
