@@ -64,7 +64,8 @@ run_layout() {
  "logging": {"metrics_file": "$dir/metrics.jsonl"}$HARNESS_SECTIONS}
 JSON
     local np=$((tp * cp * pp * dp))
-    if ! timeout 300 $HARNESS_MPIRUN -np $np "$HARNESS_TRAIN" --config "$dir/config.json" >"$dir/log" 2>&1; then
+    # shellcheck disable=SC2086  # HARNESS_MPIRUN is a command and its options
+    if ! timeout -k 10 300 $HARNESS_MPIRUN -np $np "$HARNESS_TRAIN" --config "$dir/config.json" >"$dir/log" 2>&1; then
         echo "FAIL $name: train exited non-zero"; tail -n 5 "$dir/log"
         harness_failures=$((harness_failures + 1)); return 1
     fi

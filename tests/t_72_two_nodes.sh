@@ -99,22 +99,22 @@ else
             ./submit_slurm_jobs.sh --inp_dir "$slurm/$1" --cpu --nodes 2 --time 00:05:00 \
                 --signal_lead 0 --train "$PWD/tests/node_rank.sh" >/dev/null
     }
-    submit done 6 60 || { echo "FAIL: submitting the 2-node job"; fails=$((fails + 1)); }
-    wait_job done/job 120
-    log=$(ls "$slurm"/done/job/log_*.out 2>/dev/null | head -n 1)
+    submit finished 6 60 || { echo "FAIL: submitting the 2-node job"; fails=$((fails + 1)); }
+    wait_job finished/job 120
+    log=$(ls "$slurm"/finished/job/log_*.out 2>/dev/null | head -n 1)
     steps=$(grep -c 'Step:' "$log" 2>/dev/null)
     echo "    $(grep -m1 '^job .* ranks' "$log" 2>/dev/null)"
-    if [ "$(status done/job)" = completed ] && [ "$steps" = 6 ] &&
+    if [ "$(status finished/job)" = completed ] && [ "$steps" = 6 ] &&
         grep -q 'over the whole run' "$log"; then
         echo "ok   Slurm: 2-node job completed, $steps loss lines, the report across nodes"
     else
-        echo "FAIL Slurm: 2-node job '$(status done/job)', ${steps:-0} loss lines"
+        echo "FAIL Slurm: 2-node job '$(status finished/job)', ${steps:-0} loss lines"
         tail -n 5 "$log" 2>/dev/null
         fails=$((fails + 1))
     fi
     # the metrics as on one node: a row of global_metrics.csv with the layout and the throughput
-    ./extract_metrics.sh --inp_dir "$slurm/done" >/dev/null 2>&1
-    row=$(grep '^job,' "$slurm/done/global_metrics.csv" 2>/dev/null)
+    ./extract_metrics.sh --inp_dir "$slurm/finished" >/dev/null 2>&1
+    row=$(grep '^job,' "$slurm/finished/global_metrics.csv" 2>/dev/null)
     echo "    global_metrics.csv: $row"
     IFS=, read -r _ st dp tp pp cp _ _ _ _ tps mfu <<<"$row"
     if [ "$st $dp $tp $pp $cp" = "completed 2 2 2 1" ] && [ -n "$tps" ] && [ -n "$mfu" ]; then
