@@ -3,7 +3,10 @@
 CC       = mpicc
 OPT     ?= -O2 -march=native -g
 SANITIZE ?=
-CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -fno-math-errno -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
+# -fvisibility=hidden: the programs export none of their names, so the libraries below MPI keep
+# their own: our send() and recv() would otherwise replace libc's inside UCX (its TCP transport,
+# between nodes, then crashes in MPI_Init)
+CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -fno-math-errno -fvisibility=hidden -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
 LDLIBS   = -lcjson -lm -fopenmp $(SANITIZE)
 BUILD   ?= build
 NP      ?= 8
@@ -44,7 +47,7 @@ CORE_SRC = utils.c files.c config.c data.c doremi.c model.c model_memory.c model
            zero.c sequence_parallel.c pipeline_interleaved.c metrics.c \
            tensor_parallel.c vocab_padding.c pipeline_parallel.c context_parallel.c checkpoint.c \
            checkpoint_tokenizer.c safetensors.c tokenizer.c \
-           trace.c svg.c backend/comm_log.c backend/comm_host.c
+           trace.c nodes.c svg.c backend/comm_log.c backend/comm_host.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))

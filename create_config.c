@@ -37,6 +37,8 @@ static Flag flags[] = {
     OWN("model_config", A_OWN,
         "PATH to a Hugging Face config.json (or its folder) to take the architecture from"),
     OWN("overwrite", A_OWN_SWITCH, "write into an experiment folder that already exists"),
+    OWN("ranks_per_node", A_OWN,
+        "ranks on each node (default: Slurm's SLURM_NTASKS_PER_NODE): warns when tp spans nodes"),
     SET("dp", A_INT, dp_size, "data-parallel size"),
     SET("tp", A_INT, tp_size, "tensor-parallel size"),
     SET("pp", A_INT, pp_size, "pipeline-parallel size"),
@@ -248,6 +250,18 @@ static void print_thousands(char *out, size_t size, long x) { // 1048576 -> "1,0
     out[o] = '\0';
 }
 
+// Ranks per node, from --ranks_per_node or inside a Slurm allocation (SLURM_NTASKS_PER_NODE, or
+// the first count of SLURM_TASKS_PER_NODE, "4(x2)"); 0 when unknown
+static int ranks_per_node(void) {
+    const char *v = flag_value("ranks_per_node");
+    if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
+    if (!v) v = getenv("SLURM_TASKS_PER_NODE");
+    int n = v ? atoi(v) : 0;
+    if (flag_value("ranks_per_node") && n < 1)
+        user_error("create_config: --ranks_per_node expects a positive integer, got \"%s\"", v);
+    return n;
+}
+
 int main(int argc, char **argv) {
     parse_args(argc, argv);
     const char *out_dir = flag_value("out_dir") ? flag_value("out_dir") : "tmp";
@@ -296,6 +310,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NUM_FLAGS; i++)
         if (flags[i].value && flags[i].type >= A_NOTE) printf("note: %s\n", flags[i].help);
     config_validate(&cfg);
+    // tp's all-reduces run twice per layer each way: tp peers are world neighbours (tp fastest),
+    // so tp stays inside a node when it divides the ranks per node
+    int per_node = ranks_per_node();
+    if (per_node > 0 && per_node % cfg.tp_size != 0)
+        fprintf(stderr,
+                "warning: tp = %d spans nodes of %d ranks: its all-reduces, in every layer, cross "
+                "the link between nodes (choose tp dividing the ranks per node)\n",
+                cfg.tp_size, per_node);
 
     struct stat st;
     if (stat(run_path, &st) == 0 && !flag_value("overwrite"))

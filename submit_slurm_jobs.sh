@@ -30,8 +30,9 @@
 # Nodes and tasks: world size W = dp*tp*pp*cp, one rank per task. A GPU job puts one rank on
 # each GPU: W <= gpus_per_node gives one node with W tasks, otherwise W / gpus_per_node nodes of
 # gpus_per_node tasks (W must be a multiple). A CPU job (--cpu) puts all W ranks on one node, or
-# --cpus_per_node ranks per node when given. The job kind follows --cpu, not the config's
-# use_cpu (a CPU-built create_config sets it by default): ./train itself checks that it matches.
+# --cpus_per_node ranks per node when given; --nodes N puts W/N ranks on each of N nodes. The job
+# kind follows --cpu, not the config's use_cpu (a CPU-built create_config sets it by default):
+# ./train itself checks that it matches.
 set -uo pipefail
 
 STATES="init pending running completed fail oom timeout"
@@ -49,6 +50,7 @@ usage: ./submit_slurm_jobs.sh --inp_dir DIR [options]
   --cpu                  CPU-only jobs (no GPUs requested)
   --cpus_per_node N      CPU jobs: ranks per node (default: all ranks on one node)
   --max_nodes N          refuse jobs that need more than N nodes
+  --nodes N              spread each job's ranks over N nodes (N divides its world size)
   --nb_slurm_array N     N dependency chains (afterany): at most N jobs run at once
   --only STATE           (re)submit only jobs in STATE: fail, pending, timeout, running, ...
   --dry_run              write job.slurm files, submit nothing
@@ -84,7 +86,7 @@ time_seconds() {
 
 # ---------------------------------------------------------------- options
 inp_dir="" qos="" partition="" time_limit="01:00:00" gpus_per_node=8 cpu=0 cpus_per_node=""
-max_nodes="" nb_slurm_array=0 only="" dry_run=0 status_only=0 launcher=srun train=""
+max_nodes="" nodes_wanted="" nb_slurm_array=0 only="" dry_run=0 status_only=0 launcher=srun train=""
 signal_lead=120
 while [ $# -gt 0 ]; do
     opt=$1
@@ -94,7 +96,7 @@ while [ $# -gt 0 ]; do
     --status) status_only=1; shift; continue ;;
     -h | --help) usage; exit 0 ;;
     --inp_dir | --qos | --partition | --time | --gpus_per_node | --cpus_per_node | --max_nodes | \
-        --nb_slurm_array | --only | --launcher | --train | --signal_lead)
+        --nodes | --nb_slurm_array | --only | --launcher | --train | --signal_lead)
         [ $# -ge 2 ] || die "$opt needs a value (see --help)" ;;
     *) die "unknown option '$opt' (see --help)" ;;
     esac
@@ -108,6 +110,7 @@ while [ $# -gt 0 ]; do
     --gpus_per_node) gpus_per_node=$val ;;
     --cpus_per_node) cpus_per_node=$val ;;
     --max_nodes) max_nodes=$val ;;
+    --nodes) nodes_wanted=$val ;;
     --nb_slurm_array) nb_slurm_array=$val ;;
     --only) only=$val ;;
     --launcher) launcher=$val ;;
@@ -120,6 +123,9 @@ done
 is_posint "$gpus_per_node" || die "--gpus_per_node must be a positive integer, not '$gpus_per_node'"
 [ -z "$cpus_per_node" ] || is_posint "$cpus_per_node" ||
     die "--cpus_per_node must be a positive integer, not '$cpus_per_node'"
+[ -z "$nodes_wanted" ] || is_posint "$nodes_wanted" ||
+    die "--nodes must be a positive integer, not '$nodes_wanted'"
+[ -z "$nodes_wanted" ] || [ -z "$cpus_per_node" ] || die "--nodes and --cpus_per_node: pass one"
 [ -z "$max_nodes" ] || is_posint "$max_nodes" ||
     die "--max_nodes must be a positive integer, not '$max_nodes'"
 [[ $nb_slurm_array =~ ^[0-9]+$ ]] ||
@@ -239,6 +245,11 @@ write_job_script() {
     kind=gpu
     [ $cpu = 1 ] && kind=cpu
     if [ $kind = gpu ]; then per_node=$gpus_per_node; else per_node=${cpus_per_node:-$world}; fi
+    if [ -n "$nodes_wanted" ]; then
+        [ $((world % nodes_wanted)) = 0 ] || die "$cfg: world size $world" \
+            "(dp*tp*pp*cp = $dp*$tp*$pp*$cp) does not split over --nodes $nodes_wanted"
+        per_node=$((world / nodes_wanted))
+    fi
     if [ $world -le "$per_node" ]; then
         per_node=$world
         nodes=1

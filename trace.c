@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "backend/backend.h"
 #include "backend/comm_log.h"
+#include "nodes.h"
 #include "svg.h"
 #include "utils.h"
 
@@ -42,6 +43,7 @@ static struct {
     int rest_steps, group_size[GROUP_KINDS];
     StepWindow *windows;
     int num_windows, windows_cap;
+    NodeLayout nodes; // this rank's node, and which of its groups cross to another (nodes.c)
 } tr;
 
 static int recording(void) {
@@ -163,6 +165,7 @@ void trace_init(const char *path, int steps, ProcessGroupManager *pgm) {
         tr.events = xmalloc(MAX_EVENTS * sizeof(Event));
     }
     if (pgm->world.size > 1) align_clocks(&pgm->world);
+    node_layout_init(&tr.nodes, pgm);
 }
 
 void trace_step_begin(int step) {
@@ -231,6 +234,9 @@ typedef struct {
     double bubble; // mean over the measured steps; -1 without a pipeline
     double dp_overlap;
     RankMemory memory;
+    int node, local_rank, num_nodes;
+    double off_node[GROUP_KINDS];  // share of this rank's peers in each group on another node
+    double run_bytes[GROUP_KINDS]; // sent over the whole run, every step and before the first
 } RankReport;
 
 // The pipeline's window of a step runs from the first stage's start to the last stage's end, on
@@ -253,7 +259,12 @@ static double measured_bubble(void) {
 }
 
 static RankReport this_rank_report(const RankMemory *memory, double dp_overlap) {
-    RankReport r = {.clock_offset = tr.clock_offset, .memory = *memory, .dp_overlap = dp_overlap};
+    RankReport r = {.clock_offset = tr.clock_offset,
+                    .memory = *memory,
+                    .dp_overlap = dp_overlap,
+                    .node = tr.nodes.node,
+                    .local_rank = tr.nodes.local_rank,
+                    .num_nodes = tr.nodes.num_nodes};
     snprintf(r.name, sizeof r.name, "%s", tr.pgm->name);
     int steps = tr.rest_steps ? tr.rest_steps : 1;
     const CommStats *sum = tr.rest_steps ? tr.rest : tr.first;
@@ -261,6 +272,8 @@ static RankReport this_rank_report(const RankMemory *memory, double dp_overlap) 
         r.per_step[g] =
             (CommStats){sum[g].bytes / steps, sum[g].waited / steps, sum[g].calls / steps};
         r.group_size[g] = tr.group_size[g];
+        r.off_node[g] = tr.nodes.off_node[g];
+        r.run_bytes[g] = comm_log_counters()[g].bytes;
     }
     r.bubble = measured_bubble();
     return r;
@@ -286,12 +299,14 @@ static void print_group_table(FILE *f, const RankReport *r, int ranks, const int
                               int bytes) {
     const GroupKind order[] = {GROUP_DP, GROUP_TP,    GROUP_PP,   GROUP_CP,
                                GROUP_EP, GROUP_EMBED, GROUP_WORLD};
-    fprintf(f, "  rank  layout                          ");
+    int nodes = r[0].num_nodes > 1; // then each rank's node and its place there
+    fprintf(f, "  rank  layout                          %s", nodes ? "  node:local" : "");
     for (int k = 0; k < 7; k++)
         if (shown[order[k]]) fprintf(f, " %12s", comm_group_name(order[k]));
     fprintf(f, "\n");
     for (int i = 0; i < ranks; i++) {
         fprintf(f, "  %4d  %-32s", i, r[i].name);
+        if (nodes) fprintf(f, "  %6d:%-4d", r[i].node, r[i].local_rank);
         for (int k = 0; k < 7; k++) {
             const CommStats *c = &r[i].per_step[order[k]];
             if (shown[order[k]])
@@ -299,6 +314,35 @@ static void print_group_table(FILE *f, const RankReport *r, int ranks, const int
         }
         fprintf(f, "\n");
     }
+}
+
+// Across nodes: per group, whether it crosses (some rank has a peer in it on another node) and
+// the bytes that crossed per step, all ranks together, then the whole run's (what the link's own
+// counters can be held against: every communication of the run, not only the steps' mean)
+static void print_crossing(FILE *f, const RankReport *r, int ranks, const int *shown) {
+    const GroupKind order[] = {GROUP_DP, GROUP_TP,    GROUP_PP,   GROUP_CP,
+                               GROUP_EP, GROUP_EMBED, GROUP_WORLD};
+    double step[GROUP_KINDS] = {0}, run = 0.0;
+    int crosses[GROUP_KINDS] = {0};
+    for (int i = 0; i < ranks; i++)
+        for (int g = 0; g < GROUP_KINDS; g++) {
+            step[g] += r[i].per_step[g].bytes * r[i].off_node[g];
+            run += r[i].run_bytes[g] * r[i].off_node[g];
+            crosses[g] |= r[i].off_node[g] > 0;
+        }
+    fprintf(f,
+            "across %d nodes: bytes that crossed nodes per step, all ranks (a group's bytes "
+            "times its share of peers on other nodes):\n ",
+            r[0].num_nodes);
+    for (int k = 0; k < 7; k++) {
+        GroupKind g = order[k];
+        if (!shown[g]) continue;
+        if (crosses[g])
+            fprintf(f, " %s crosses nodes: %.0f;", comm_group_name(g), step[g]);
+        else
+            fprintf(f, " %s stays inside a node;", comm_group_name(g));
+    }
+    fprintf(f, "\n  over the whole run %.0f bytes crossed nodes\n", run);
 }
 
 // The table adds up what each part should take; the line after it says how much of what the
@@ -336,6 +380,7 @@ static void print_report(FILE *f, const RankReport *r, int ranks, const char *dp
     fprintf(f, "bytes sent per step and group (an all-reduce counts its buffer once%s):\n",
             r[0].group_size[GROUP_CP] > 1 ? "; dp is the cp*dp group that averages gradients" : "");
     print_group_table(f, r, ranks, shown, 1);
+    if (r[0].num_nodes > 1) print_crossing(f, r, ranks, shown);
     fprintf(
         f,
         "milliseconds waited per step and group, mean of steps %d-%d (depends on the machine):\n",
@@ -500,7 +545,7 @@ static void write_timeline_svg(const char *path, const Event *ev, const int *cou
     const char *fill[EV_KINDS] = {"#4e79a7", "#f28e2b", NULL,     NULL,
                                   "#59a14f", "#e15759", "#9c755f"};
     Svg svg;
-    svg_open(&svg, path, left + width + 20, top + ranks * row + 70);
+    svg_open(&svg, path, left + width + 60, top + ranks * row + 70); // room for "node 1"
     svg_text(&svg, 10, 22, 14, "start", "#000",
              "step %d, %.1f ms: one row per rank, its compute above, its communications below",
              step, 1e3 * (t1 - t0));
@@ -515,6 +560,10 @@ static void write_timeline_svg(const char *path, const Event *ev, const int *cou
     const EventKind layers[] = {EV_FORWARD, EV_BACKWARD, EV_OPTIMIZER, EV_WAIT, EV_IN_FLIGHT};
     for (int i = 0, first = 0; i < ranks; first += counts[i], i++) {
         double y = top + i * row, lane_end[COMM_LANES] = {0};
+        if (i > 0 && r[i].node != r[i - 1].node) { // the slow link lies between these rows
+            svg_line(&svg, 0, y, left + width, y, "#000", 2);
+            svg_text(&svg, left + width + 4, y + 12, 10, "start", "#000", "node %d", r[i].node);
+        }
         svg_text(&svg, 10, y + 19, 11, "start", "#000", "rank %d %s", i, r[i].name);
         // passes: the boxes in layer order, then the forward and backward labels on top
         for (int l = 0; l <= 5; l++) {

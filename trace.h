@@ -1,7 +1,8 @@
 // What each rank did, and when: the timeline of logging.trace, and the figures every multi-rank
 // run prints at its end (trace_report): bytes sent and time waited per process group, the
 // pipeline bubble measured from the compute spans, the share of data-parallel communication that
-// the backward hid, and each rank's memory.
+// the backward hid, and each rank's memory; across nodes, each rank's node and the bytes that
+// crossed from node to node (nodes.c).
 //
 // Always on, because they are cheap: per-group counters (two clock reads per communication) and
 // per step this rank's compute time and schedule window. With logging.trace, every span is also

@@ -39,6 +39,8 @@ FOREIGN = {
     "get_model_chunk_id",
     # llm.c
     "train_gpt2.c",
+    # NCCL's environment variables for multi-node runs (tutorial/07_slurm.md)
+    "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_DEBUG",
 }
 # this checker and its test, which name made-up functions on purpose: not code to cite
 SELF = {"tests/citations.py", "tests/t_91_citations.sh"}

@@ -11,6 +11,8 @@ STEPS=${STEPS:-10}
 BUILD_DIR=${PICOTRON_BUILD:-build}
 # the trainer under test: the GPU emulator's is build-emu/bin/train (tests/t_81_gpu_emulated.sh)
 HARNESS_TRAIN=${HARNESS_TRAIN:-./train}
+# the launcher and its options before -np, e.g. ranks across the nodes of tests/nodes_lib.sh
+HARNESS_MPIRUN=${HARNESS_MPIRUN:-mpirun}
 # more keys for the distributed section, e.g. '"use_cpu": false, "backend": "mpi"' (tests/gpu)
 HARNESS_DISTRIBUTED_EXTRA=${HARNESS_DISTRIBUTED_EXTRA:-}
 # and for the model section, e.g. '"dtype": "float32"' (the GPU build's default is bfloat16)
@@ -75,7 +77,8 @@ run_layout() {
  "logging": {"metrics_file": "$dir/metrics.jsonl"}$HARNESS_SECTIONS}
 JSON
     local np=$((tp * cp * pp * dp))
-    if ! timeout 300 mpirun -np $np "$HARNESS_TRAIN" --config "$dir/config.json" >"$dir/log" 2>&1; then
+    # shellcheck disable=SC2086  # HARNESS_MPIRUN is a command and its options
+    if ! timeout -k 10 300 $HARNESS_MPIRUN -np $np "$HARNESS_TRAIN" --config "$dir/config.json" >"$dir/log" 2>&1; then
         echo "FAIL $name: train exited non-zero"; tail -n 5 "$dir/log"
         harness_failures=$((harness_failures + 1)); return 1
     fi

@@ -161,6 +161,14 @@ expect_refusal "impossible layout" 'tp_size = 3.*num_attention_heads' --tp 3 \
     --out_dir "$tmp/runs" --exp_name never
 [ ! -e "$tmp/runs/never" ] || fail "an invalid config was written"
 expect_refusal "flag without value" '--dp' --dp
+# tp across nodes: one warning line, from --ranks_per_node or Slurm's tasks per node; none inside
+tp_warning() { ./create_config --out_dir "$tmp/runs" --exp_name nodes --overwrite --tp 2 --dp 2 \
+    --num_key_value_heads 2 "$@" 2>&1 >/dev/null | grep -c '^warning: tp = 2 spans nodes of 1 ranks'; }
+[ "$(tp_warning --ranks_per_node 1)" = 1 ] || fail "no warning for tp 2 on nodes of 1 rank"
+[ "$(SLURM_NTASKS_PER_NODE=1 tp_warning)" = 1 ] || fail "no warning from SLURM_NTASKS_PER_NODE=1"
+[ "$(tp_warning --ranks_per_node 4)" = 0 ] || fail "a warning for tp 2 on nodes of 4 ranks"
+echo "tp across nodes: $(./create_config --out_dir "$tmp/runs" --exp_name nodes --overwrite --tp 2 \
+    --num_key_value_heads 2 --ranks_per_node 1 2>&1 >/dev/null)"
 
 echo "$failures failed"
 [ "$failures" -eq 0 ]
