@@ -13,7 +13,8 @@
 #     missing or unexpected keys (hf_loss.py refuses any), its loss on step 2's batch equals
 #     the C run's, and its greedy decoding (MambaForCausalLM.generate) equals ./generate's, which
 #     keeps each layer's recurrent state (and gives the ids of the whole window per token);
-#  5. what a Mamba does not run yet is refused in one line naming the key.
+#  5. a fresh Mamba's A_log, D, dt_proj and conv bias start as transformers' _init_weights has them;
+#  6. what a Mamba does not run yet is refused in one line naming the key.
 cd "$(dirname "$0")/.." || exit 1
 TOL=1e-6
 fixture=tests/fixtures/hf_mamba_tiny
@@ -99,7 +100,31 @@ else
     echo "skip transformers loading a checkpoint written here: no PyTorch in $python (set TORCH_PYTHON)"
 fi
 
-# 5. refusals, one line each
+# 5. a fresh Mamba starts as transformers' _init_weights has it: A_log = log(1..S) in every
+# channel, D = 1, softplus(dt_proj.bias) in [time_step_min, time_step_max], the conv's bias 0,
+# dt_proj.weight within +-time_step_rank^-0.5 (the step at lr 1e-30 moves each by ~1e-30 at most)
+configure fresh 1 1 1 1 1e-30 --model_type mamba --hidden_size 64 --num_hidden_layers 1 \
+    --state_size 8 --time_step_rank 8 --time_step_min 0.002 --time_step_max 0.05
+train 1 fresh
+init=$(python3 -c "
+import math, sys
+sys.path.insert(0, 'tests/reference')
+import safetensors_read as r
+t = r.open_checkpoint('$dir/fresh/1/model.safetensors')
+v = lambda n: list(t['backbone.layers.0.mixer.' + n].values())
+A, D, b, w, c = v('A_log'), v('D'), v('dt_proj.bias'), v('dt_proj.weight'), v('conv1d.bias')
+dt = [math.log1p(math.exp(x)) for x in b]
+ok = max(abs(a - math.log(1 + i % 8)) for i, a in enumerate(A)) < 1e-6 and set(D) == {1.0}
+ok = ok and 0.002 * (1 - 1e-5) <= min(dt) and max(dt) <= 0.05 * (1 + 1e-5)
+ok = ok and max(abs(x) for x in c) < 1e-20 and max(abs(x) for x in w) <= 8 ** -0.5
+print('softplus(dt_proj.bias) in [%.4g, %.4g], |dt_proj.weight| <= %.4f'
+      % (min(dt), max(dt), max(abs(x) for x in w)))
+sys.exit(not ok)" 2>&1)
+rc=$?
+check "a fresh Mamba's A_log, D, dt_proj and conv1d.bias are transformers' init: $(echo "$init" | tail -n 1)" \
+    test $rc -eq 0
+
+# 6. refusals, one line each
 for bad in "--use_bias 1:model.use_bias" "--cp 2 --cp_zigzag:distributed.cp_zigzag" \
     "--num_experts 4:model.num_experts" \
     "--time_step_init_scheme x:model.time_step_init_scheme"; do
