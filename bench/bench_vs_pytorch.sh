@@ -40,8 +40,12 @@ print("PyTorch %s, transformers %s, BLAS %s %s, CPU capability %s" % (
 PY
 if [ -x ./train ]; then
     blis=$(ldd ./train | awk '/libblis/ {print $3}')
+    # the sub-configuration BLIS picks on this CPU, as BLIS itself reports it (a product through
+    # the same library: bench_mamba's smallest mixer)
+    kernels=$(BLIS_ARCH_DEBUG=1 OMP_NUM_THREADS=1 build/bench/bench_mamba 1 4 8 8 2 2 2 1 2>&1 |
+              sed -n "s/.*selecting sub-configuration '\([^']*\)'.*/\1/p" | head -n 1)
     echo "./train: BLIS $(dpkg-query -W -f='${Version}' libblis4 2>/dev/null || echo '?')" \
-         "($(readlink -f "$blis")), kernels: ${BLIS_ARCH_TYPE:-skx on AVX-512 CPUs}," \
+         "($(readlink -f "$blis")), kernels: ${kernels:-?} (BLIS's choice on this CPU)," \
          "threads: ours (backend/cpu/matmul.c)"
 fi
 have_c=1
