@@ -663,7 +663,8 @@ int checkpoint_load(Model *model, Optimizer *opt, const char *path) {
     const cJSON *saved = cJSON_GetObjectItemCaseSensitive(state, "architecture_fingerprint");
     if (!cJSON_IsString(saved) || strcmp(saved->valuestring, fingerprint) != 0)
         user_error("checkpoint error: %s's architecture fingerprint differs from this config's "
-                   "(its config.json was edited?)",
+                   "(its config.json was edited? or a mixture of experts saved before its "
+                   "tensors took Mixtral's names, which this version does not read)",
                    file);
     if (opt && samples != samples_per_step(cfg)) // ./generate (no opt) continues no data
         user_error("checkpoint error: %s was trained with %ld samples per step, this config has "
