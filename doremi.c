@@ -49,6 +49,14 @@ static const int *sample_window(void *mixture, long g, int *domain) {
     return d->ds.tokens + (n % d->samples) * mix->seq_length;
 }
 
+// ds as the loader sees a mixture: its samples come from sample_window, drawn by mix
+static void mixture_dataset(Dataset *ds, DomainMixture *mix) {
+    memset(ds, 0, sizeof *ds);
+    snprintf(ds->path, sizeof ds->path, "dataset.domains (%d domains)", mix->k);
+    ds->sample_window = sample_window;
+    ds->mixture = mix;
+}
+
 static const char *string_of(const cJSON *item, const char *key, int i) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(item, key);
     if (!cJSON_IsString(s) || !s->valuestring[0])
@@ -119,15 +127,12 @@ void domain_mixture_open(DomainMixture *mix, Dataset *ds, const Config *cfg) {
         mix->cumulative[i] = i == k - 1 ? 1.0 : sum;
     }
     // what the loader and the run's checks read of a dataset: the mixture's view
-    memset(ds, 0, sizeof *ds);
-    snprintf(ds->path, sizeof ds->path, "dataset.domains (%d domains)", k);
+    mixture_dataset(ds, mix);
     for (int i = 0; i < k; i++) {
         ds->num_tokens += mix->domains[i].ds.num_tokens;
         if (mix->domains[i].ds.vocab_size > ds->vocab_size)
             ds->vocab_size = mix->domains[i].ds.vocab_size;
     }
-    ds->sample_window = sample_window;
-    ds->mixture = mix;
 }
 
 char *domain_list_json(const char *spec, const char *weights_file) {
@@ -197,11 +202,7 @@ void domain_mixture_view(DomainMixture *view, Dataset *ds, const DomainMixture *
     view->scanned = 0;
     view->drawn = xmalloc(mix->k * sizeof(long));
     memset(view->drawn, 0, mix->k * sizeof(long));
-    memset(ds, 0, sizeof *ds);
-    snprintf(ds->path, sizeof ds->path, "dataset.domains (%d domains)", mix->k);
-    ds->vocab_size = 0;
-    ds->sample_window = sample_window;
-    ds->mixture = view;
+    mixture_dataset(ds, view);
 }
 
 void domain_mixture_view_free(DomainMixture *view) {

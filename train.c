@@ -219,7 +219,8 @@ int main(int argc, char **argv) {
         float aux = moe_step_aux_loss(&model); // the load-balancing loss; the loss stays the CE
         char domains[4096] = "";
         if (cfg.dataset_domains) domain_losses_step(&domain_losses, step);
-        if (cfg.dataset_domains) domain_losses_json(domains, sizeof domains, &domain_losses);
+        if (cfg.dataset_domains && metrics) // the metrics line's members, where it is written
+            domain_losses_json(domains, sizeof domains, &domain_losses);
         device_synchronize();
         trace_step_end();
         double seconds = now_seconds() - start;
