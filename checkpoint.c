@@ -168,7 +168,7 @@ void checkpoint_read_config(Config *cfg, const char *folder, const char *who) {
     Config one = *cfg;
     one.tp_size = one.cp_size = one.pp_size = one.dp_size = one.ep_size = 1;
     one.pp_virtual_stages = one.micro_batch_size = one.seq_length = 1;
-    one.cp_zigzag = one.sequence_parallel = one.zero1 = one.dp_naive = 0;
+    one.cp_zigzag = one.sequence_parallel = one.zero1 = one.zero_stage = one.dp_naive = 0;
     config_validate_file(&one, file);
 }
 

@@ -53,6 +53,7 @@ static const Field fields[] = {
     KEY("distributed", "bucket_size_mb", T_INT, bucket_size_mb),
     KEY("distributed", "dp_naive", T_BOOL, dp_naive),
     KEY("distributed", "zero1", T_BOOL, zero1),
+    KEY("distributed", "zero_stage", T_INT, zero_stage),
     KEY("distributed", "timeout_s", T_FLOAT, timeout_s),
     KEY("model", "name", T_STR, model_name),
     KEY("model", "num_hidden_layers", T_INT, num_hidden_layers),
@@ -432,6 +433,7 @@ void config_load(Config *cfg, const char *path) {
                        "./create_config --model_config",
                        architecture_keys[k], cfg->model_name, config_preset_names());
     if (strcmp(cfg->backend, "gloo") == 0) strcpy(cfg->backend, "mpi"); // picotron's CPU name
+    if (cfg->zero1 && cfg->zero_stage == 0) cfg->zero_stage = 1;        // zero1 is stage 1's switch
     if (config_is_mamba(cfg)) cfg->intermediate_size = cfg->expand * cfg->hidden_size; // d_inner
     cJSON_Delete(root);
     free(text);
@@ -502,14 +504,33 @@ static void config_validate_expert_parallel(const Config *c) {
           "distributed.ep_size = %d must divide distributed.dp_size = %d (the ep ranks are "
           "data-parallel ranks that split the experts; raise dp_size)",
           c->ep_size, c->dp_size);
-    CHECK(!c->zero1,
-          "distributed.zero1 with distributed.ep_size = %d is not supported (ZeRO-1 shards one "
-          "flat buffer over the cp*dp replicas, which hold different experts); set one of them off",
-          c->ep_size);
+    CHECK(c->zero_stage == 0,
+          "distributed.zero_stage = %d (or zero1) with distributed.ep_size = %d is not supported "
+          "(ZeRO shards one flat buffer over the cp*dp replicas, which hold different experts); "
+          "set one of them off",
+          c->zero_stage, c->ep_size);
     CHECK(!c->dp_naive,
           "distributed.dp_naive with distributed.ep_size = %d is not supported (the experts' "
           "gradients average over their own replicas, in the buckets); set dp_naive to false",
           c->ep_size);
+}
+
+// ZeRO-2 and 3 (zero.c) gather and reduce-scatter a Llama's parts one by one: what else would
+// need a plan of its own is refused
+static void config_validate_zero(const Config *c) {
+    if (c->zero_stage < 2) return;
+    const char *other = c->pp_virtual_stages > 1 ? "distributed.pp_virtual_stages > 1"
+                        : c->num_experts > 0     ? "model.num_experts > 0"
+                        : config_is_mamba(c)     ? "model.model_type \"mamba\""
+                        : c->doremi_reference[0] ? "doremi.reference_checkpoint"
+                        : !c->use_cpu            ? "the GPU build"
+                                                 : NULL;
+    CHECK(!other,
+          "distributed.zero_stage = %d with %s is not supported (ZeRO-2 and 3 shard a Llama's "
+          "layers one by one, on the CPU: interleaved chunks, experts, a Mamba's tensors, a "
+          "reference model and the GPU's cast caches would each need their own plan); use "
+          "zero_stage 1, or set %s off",
+          c->zero_stage, other, other);
 }
 
 // DoReMi's proxy: its weights are the domains', its log goes to save_dir, and the reference runs
@@ -610,6 +631,7 @@ void config_validate(const Config *c) {
         {"distributed.dp_size", c->dp_size, 1, 1 << 20},
         {"distributed.ep_size", c->ep_size, 1, 1 << 20},
         {"distributed.bucket_size_mb", c->bucket_size_mb, 1, 1 << 20},
+        {"distributed.zero_stage", c->zero_stage, 0, 3},
         {"model.hidden_size", c->hidden_size, 1, 1 << 17},
         {"model.intermediate_size", c->intermediate_size, 1, 1 << 20},
         {"model.num_hidden_layers", c->num_hidden_layers, 1, 1 << 14},
@@ -638,9 +660,16 @@ void config_validate(const Config *c) {
               counts[i].value, counts[i].max);
     }
 
-    CHECK(!(c->zero1 && c->dp_naive),
-          "distributed.zero1 and distributed.dp_naive are both true: ZeRO-1 reduce-scatters the "
-          "gradient buckets, the naive mode all-reduces each layer; set one of them to false");
+    CHECK(!(c->zero_stage > 0 && c->dp_naive),
+          "distributed.zero_stage = %d (or zero1) and distributed.dp_naive = true: ZeRO "
+          "reduce-scatters the gradients, the naive mode all-reduces each layer; set one of them "
+          "off",
+          c->zero_stage);
+    CHECK(!c->zero1 || c->zero_stage == 1,
+          "distributed.zero1 = true and distributed.zero_stage = %d: zero1 is stage 1; set "
+          "zero_stage alone (0 to 3) and zero1 to false",
+          c->zero_stage);
+    config_validate_zero(c);
     CHECK(one_of(c->pp_engine, "afab", "1f1b"),
           "distributed.pp_engine = \"%s\" must be \"afab\" or \"1f1b\"", c->pp_engine);
     CHECK(one_of(c->backend, "nccl", "mpi"),

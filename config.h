@@ -16,7 +16,8 @@ typedef struct {
     int cp_zigzag;         // zig-zag chunk order for a balanced causal ring
     int bucket_size_mb;    // data-parallel gradient bucket size (picotron: 25)
     int dp_naive;    // all-reduce each layer's gradients at once, blocking (picotron_tutorial 5)
-    int zero1;       // ZeRO-1: AdamW's moments sharded over the cp*dp replicas
+    int zero1;       // ZeRO-1: AdamW's moments sharded over the cp*dp replicas (zero_stage 1)
+    int zero_stage;  // 0 none; 1 ZeRO-1; 2 the gradients sharded too; 3 and the parameters
     float timeout_s; // the watchdog: a wait this long for a peer ends the job (NCCL's: 600)
     // model
     char model_name[256];

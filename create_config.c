@@ -61,6 +61,8 @@ static Flag flags[] = {
         "naive data parallelism: all-reduce each layer's gradients at once, blocking"),
     SET("zero1", A_SWITCH, zero1,
         "ZeRO-1: shard AdamW's moments over the cp*dp replicas (reduce-scatter, all-gather)"),
+    SET("zero_stage", A_INT, zero_stage,
+        "ZeRO stage 0-3: 1 shards AdamW's moments, 2 the gradients too, 3 the weights too"),
     SET("num_hidden_layers", A_INT, num_hidden_layers, "override the model's layer count"),
     SET("num_attention_heads", A_INT, num_attention_heads, "override the model's query heads"),
     SET("num_key_value_heads", A_INT, num_key_value_heads, "override the model's key/value heads"),

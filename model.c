@@ -65,52 +65,6 @@ void model_layout_params(Model *model, ModelWeights *w, float *base) {
                                                           hidden, VOCAB_PARALLEL, UNIFORM);
 }
 
-void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const ModelShard *shard,
-                int num_slots) {
-    memset(model, 0, sizeof *model);
-    model->cfg = *cfg, model->pgm = pgm, model->stage = shard->stage;
-    model->B = cfg->micro_batch_size;
-    model->T = cfg->seq_length / pgm->cp_size;
-    model->C = cfg->hidden_size;
-    model->D = cfg->hidden_size / cfg->num_attention_heads;
-    model->H = shard->tp.H, model->KV = shard->tp.KV, model->I = shard->tp.I;
-    model->V = shard->tp.V, model->vocab_start = shard->tp.vocab_start;
-    model->L = shard->stage.num_layers;
-    model->Ns = shard->stream_rows;
-    model->tp = (TensorParallel){.group = &pgm->tp, .async = cfg->tp_async};
-    int layers = model->L ? model->L : 1;
-    model->w.layers = xmalloc(layers * sizeof(LayerWeights));
-    model->dw.layers = xmalloc(layers * sizeof(LayerWeights));
-
-    // one sizing pass, then the flat buffers, then the pointers into them
-    model_layout_params(model, &model->w, NULL);
-    model->params = device_malloc(model->num_params * sizeof(float));
-    model->grads = device_malloc(model->num_params * sizeof(float));
-    model_layout_params(model, &model->dw, model->grads);
-    model_layout_params(model, &model->w, model->params);
-    for (int i = 0; i < model->num_tensors; i++) {
-        const ParamInfo *p = &model->table[i];
-        if (p->init_kind > CONSTANT)
-            mamba_init_tensor(model, p); // a Mamba's own kinds
-        else
-            init_tensor(model->params + p->offset, (uint64_t)cfg->seed, hash_string(p->name),
-                        p->init_kind, p->init_bound, param_rows_in_file(p), p->cols, p->row0,
-                        p->col0, p->global_cols);
-    }
-    model_rope_tables(model, shard->positions);
-    if (cfg->num_experts > 0) moe_alloc_buffers(model); // first: the layers' sizes need it
-    if (config_is_mamba(cfg)) mamba_alloc_buffers(model);
-    model_alloc_buffers(model, num_slots);
-}
-
-void model_free(Model *model) {
-    if (model->cfg.num_experts > 0) moe_free_buffers(model);
-    if (config_is_mamba(&model->cfg)) mamba_free_buffers(model);
-    model_free_buffers(model);
-    free(model->table);
-    model->table = NULL;
-}
-
 // mid = x + o_proj(attention(rope(q, k), v)), q, k, v = projections of ln1 = rmsnorm(x)
 static void attention_forward(Model *model, float *mid, const AttentionActivations *s,
                               const float *x, const AttentionWeights *w) {
@@ -206,6 +160,17 @@ static void layer_forward(Model *model, float *out, const Activations *a, int l)
         mlp_forward(model, out, &s->mlp, s->mid, &w->mlp);
 }
 
+// tells data parallelism that the gradients of part p (model.h's part_start) are final
+static void grads_ready(Model *model, int p) {
+    size_t first = model->part_start[p + 1], end = model->part_start[p + 2];
+    if (model->on_grads_ready) model->on_grads_ready(model->hook_ctx, first, end - first);
+}
+
+// ZeRO-3 gathers part p's weights before they are read (zero.c)
+static void params_needed(Model *model, int p, int backward) {
+    if (model->on_params_needed) model->on_params_needed(model->params_ctx, p, backward);
+}
+
 float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale) {
     Activations *a = &model->slots[slot];
     int N = model->B * model->T, C = model->C, V = model->V, Ns = model->Ns;
@@ -214,15 +179,19 @@ float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale) {
     // a micro-batch holds its slot from its chunk 0's forward to its chunk 0's backward
     if (chunk == 0 && ++model->slots_in_use > model->peak_slots_in_use)
         model->peak_slots_in_use = model->slots_in_use;
-    if (model->stage.has_embedding && chunk == 0)
+    if (model->stage.has_embedding && chunk == 0) {
+        params_needed(model, -1, 0);
         vocab_parallel_embedding_forward(&model->tp, a->resid, a->tokens, model->w.embed_tokens, N,
                                          C, model->vocab_start, V);
+    }
     for (int l = chunk * per_chunk; l < (chunk + 1) * per_chunk; l++) {
         double start = trace_begin();
+        params_needed(model, l, 0);
         layer_forward(model, model_layer_input(model, a, l) + NsC, a, l);
         trace_end(EV_LAYER_FORWARD, -1, stage_global_layer(&model->stage, l), start);
     }
     if (!model->stage.has_head || chunk < model->stage.num_chunks - 1) return 0.0f;
+    params_needed(model, model->L, 0);
     rmsnorm_forward(a->lnf, a->rstdf, model_chunk_output(model, slot, chunk), model->w.norm, Ns, C,
                     model->cfg.rms_norm_eps);
     ColumnParallelOut head = {model->logits, model->w.lm_head, V};
@@ -235,12 +204,6 @@ float model_chunk_forward(Model *model, int slot, int chunk, float loss_scale) {
     return a->loss;
 }
 
-// tells data parallelism that the gradients of params [first, end) are final for this step
-static void grads_ready(Model *model, const float *first, const float *end) {
-    if (model->on_grads_ready)
-        model->on_grads_ready(model->hook_ctx, first - model->grads, end - first);
-}
-
 void model_chunk_backward(Model *model, float *input_grad, const float *output_grad, int slot,
                           int chunk) {
     Activations *a = &model->slots[slot];
@@ -251,6 +214,7 @@ void model_chunk_backward(Model *model, float *input_grad, const float *output_g
     // the residual stream's gradient, carried from the chunk output down to its input
     float *dresid = input_grad ? input_grad : model->dresid;
     if (model->stage.has_head && chunk == model->stage.num_chunks - 1) {
+        params_needed(model, model->L, 1);
         device_zero(dresid, NsC * sizeof(float));
         // forward: logits = lnf @ lm_head^T (column-parallel over the vocabulary)
         ColumnParallelGrad head = {dw->lm_head, w->lm_head, a->dlogits, V};
@@ -260,10 +224,8 @@ void model_chunk_backward(Model *model, float *input_grad, const float *output_g
         // forward: lnf = rmsnorm(resid[L]), on this rank's rows
         rmsnorm_backward(dresid, dw->norm, own, model_chunk_output(model, slot, chunk), w->norm,
                          a->rstdf, model->Ns, C);
-        // the final norm and an untied head are the last tensors of model_layout_params
-        grads_ready(model, dw->norm, model->grads + model->num_params);
-        if (model->cfg.tie_word_embeddings && !model->stage.has_embedding)
-            grads_ready(model, dw->embed_tokens, dw->embed_tokens + (size_t)V * C);
+        grads_ready(model, model->L);
+        if (model->cfg.tie_word_embeddings && !model->stage.has_embedding) grads_ready(model, -1);
     } else {
         device_copy(dresid, output_grad, NsC * sizeof(float));
     }
@@ -271,12 +233,12 @@ void model_chunk_backward(Model *model, float *input_grad, const float *output_g
         const LayerWeights *wl = &w->layers[l], *dwl = &dw->layers[l];
         const LayerActivations *s = &a->layers[l];
         double start = trace_begin();
+        params_needed(model, l, 1);
         // full recomputation (model_memory.c): the forward kept only resid[l], so run the layer
         // again to refill what its backward reads; its output, already in resid[l+1], is dropped
         if (model->cfg.recompute) layer_forward(model, model->recompute_output, a, l);
-        const float *first = dwl->self_attn.input_layernorm, *end;
         if (config_is_mamba(&model->cfg)) { // model_mamba.c: a Mamba block instead
-            first = dwl->norm, end = mamba_layer_backward(model, dresid, a, l);
+            mamba_layer_backward(model, dresid, a, l);
         } else {
             if (model->cfg.num_experts > 0)
                 moe_mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp, l);
@@ -284,16 +246,16 @@ void model_chunk_backward(Model *model, float *input_grad, const float *output_g
                 mlp_backward(model, dresid, &dwl->mlp, &s->mlp, s->mid, &wl->mlp);
             attention_backward(model, dresid, &dwl->self_attn, &s->self_attn,
                                model_layer_input(model, a, l), &wl->self_attn);
-            end = mlp_grads_end(model, &dwl->mlp);
         }
         trace_end(EV_LAYER_BACKWARD, -1, stage_global_layer(&model->stage, l), start);
-        grads_ready(model, first, end);
+        grads_ready(model, l);
     }
     if (model->stage.has_embedding && chunk == 0) {
+        params_needed(model, -1, 1);
         // forward: resid[0] = embedding(tokens)
         vocab_parallel_embedding_backward(&model->tp, dw->embed_tokens, dresid, a->tokens, N, C,
                                           model->vocab_start, V);
-        grads_ready(model, dw->embed_tokens, dw->embed_tokens + (size_t)V * C);
+        grads_ready(model, -1);
     }
     if (chunk == 0) model->slots_in_use--;
 }

@@ -142,7 +142,15 @@ typedef struct Model {
     int num_tensors, table_capacity;
     size_t num_params;
     float *params, *grads;
-    ModelWeights w, dw;         // the same table over params and over grads
+    ModelWeights w, dw; // the same table over params and over grads
+    // the flat ranges of the stage's parts, in layout order: part p (-1 the embedding, empty on a
+    // middle stage; 0..L-1 a decoder layer; L the head: the final norm and an untied lm_head)
+    // holds [part_start[p + 1], part_start[p + 2]). ZeRO-3's units (zero.c).
+    size_t *part_start; // (L + 3)
+    // model_add_param's pointers (window_hi > 0): only for tensors in [window_lo, window_hi), base
+    // standing for element window_lo; NULL for the others (ZeRO-3 points a part at its gathered
+    // copy)
+    size_t window_lo, window_hi;
     float *rope_cos, *rope_sin; // (T, D/2) at the global positions of this rank's tokens
     // activations
     Activations *slots; // (num_slots)
@@ -175,6 +183,10 @@ typedef struct Model {
     // gradients of params [offset, offset + count) become final for the step; NULL: none
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *hook_ctx;
+    // ZeRO-3's (zero.c): called before the forward (backward 0) or the backward (1) of part p
+    // (as part_start numbers them) reads its weights, so that they can be gathered; NULL: none
+    void (*on_params_needed)(void *ctx, int part, int backward);
+    void *params_ctx;
     // after each micro-batch's loss on the last stage, where loss_buffers.losses holds its token
     // losses and a->dlogits their gradient (each domain's loss, DoReMi's weights: doremi.c)
     void (*on_loss)(struct Model *model, struct Activations *a);
@@ -186,6 +198,9 @@ typedef struct Model {
 
 void model_init(Model *model, const Config *cfg, ProcessGroupManager *pgm, const ModelShard *shard,
                 int num_slots);
+// p's first values (init_tensor's kinds), into dst (rows x cols): the seed and p's name decide
+// them, whatever the layout
+void model_init_tensor(const Model *model, float *dst, const ParamInfo *p);
 // model_memory.c: activation slots and backward buffers (and their release); cos/sin (T, D/2)
 // at these positions
 void model_alloc_buffers(Model *model, int num_slots);
@@ -251,8 +266,6 @@ void moe_mlp_forward(Model *model, float *out, MlpActivations *s, const float *m
 // dresid holds d(out) on entry and d(mid) on return; counts the load of local layer l's step
 void moe_mlp_backward(Model *model, float *dresid, const MlpWeights *dw, const MlpActivations *s,
                       const float *mid, const MlpWeights *w, int l);
-// the end of an MLP's tensors in the buffer that dw points into (dense or experts)
-const float *mlp_grads_end(const Model *model, const MlpWeights *dw);
 // for model_init (before model_alloc_buffers: the layers' sizes need it): one layer's sizes, the
 // backward's buffers, the statistics (their device bytes go to extension_bytes); and their release
 void moe_alloc_buffers(Model *model);

@@ -61,11 +61,6 @@ void moe_layout_params(Model *model, MlpWeights *m, float *base, int layer) {
     }
 }
 
-const float *mlp_grads_end(const Model *model, const MlpWeights *dw) {
-    if (model->cfg.num_experts == 0) return dw->down_proj + (size_t)model->C * model->I;
-    return dw->moe.experts[model->moe.El - 1].down_proj + (size_t)model->C * model->moe.I;
-}
-
 // out = mid + moe(ln2), ln2 = rmsnorm(mid)
 void moe_mlp_forward(Model *model, float *out, MlpActivations *s, const float *mid,
                      const MlpWeights *w) {

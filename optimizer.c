@@ -14,14 +14,22 @@ float learning_rate_at(const Config *cfg, int step) {
     return cfg->min_lr + 0.5f * (lr - cfg->min_lr) * (1.0f + cosf((float)M_PI * progress));
 }
 
-// out[0] += the squares of p's gradient that lie in opt's ranges (all of it without ZeRO-1)
+// where element x of the flat buffer, in range r whose moments begin at moments, sits in a
+// buffer that holds the whole flat buffer or (compact) only the ranges
+static size_t place(const Optimizer *opt, int compact, int r, size_t moments, size_t x) {
+    return compact ? moments + (x - opt->start[r]) : x;
+}
+
+// out[0] += the squares of p's gradient that lie in opt's ranges (all of it without ZeRO)
 static void sum_squares_in_ranges(float *out, const Model *model, const ParamInfo *p,
                                   const Optimizer *opt) {
-    size_t lo = p->offset, hi = lo + (size_t)p->rows * p->cols;
-    for (int r = 0; r < opt->num_ranges; r++) {
+    size_t lo = p->offset, hi = lo + (size_t)p->rows * p->cols, moments = 0;
+    for (int r = 0; r < opt->num_ranges; moments += opt->size[r], r++) {
         size_t first = lo > opt->start[r] ? lo : opt->start[r];
         size_t end = hi < opt->start[r] + opt->size[r] ? hi : opt->start[r] + opt->size[r];
-        if (first < end) sum_squares(out, model->grads + first, end - first);
+        if (first < end)
+            sum_squares(out, model->grads + place(opt, opt->grads_compact, r, moments, first),
+                        end - first);
     }
 }
 
@@ -43,11 +51,13 @@ float clip_grad_norm(Model *model, const Optimizer *opt) {
     float replicas = opt->sharded ? 1.0f : (float)pgm->cp_size * pgm->dp_size;
     float norm = sqrtf(total[0] / replicas + total[1] * pgm->ep_size / replicas);
     float max_norm = model->cfg.grad_clip;
-    if (max_norm > 0 && norm > max_norm)
-        for (int r = 0; r < opt->num_ranges; r++) // the gradients the optimizer reads
-            if (opt->size[r] > 0)
-                scale_inplace(model->grads + opt->start[r], max_norm / (norm + 1e-6f),
-                              opt->size[r]);
+    size_t moments = 0;
+    for (int r = 0; max_norm > 0 && norm > max_norm && r < opt->num_ranges; r++) {
+        if (opt->size[r] > 0) // the gradients the optimizer reads
+            scale_inplace(model->grads + place(opt, opt->grads_compact, r, moments, opt->start[r]),
+                          max_norm / (norm + 1e-6f), opt->size[r]);
+        moments += opt->size[r];
+    }
     return norm;
 }
 
@@ -72,9 +82,12 @@ void first_nonfinite_gradient(char *name, size_t size, Model *model, const Optim
 int first_nonfinite_param(char *name, size_t size, Model *model, const Optimizer *opt) {
     float squares = 0.0f; // a quick pass: inf or NaN if any element is one (or beyond 1e19)
     device_zero(model->scalar, sizeof(float));
-    for (int r = 0; r < opt->num_ranges; r++)
+    size_t moments = 0, held = opt->params_compact ? opt->num_params : model->num_params;
+    for (int r = 0; r < opt->num_ranges; moments += opt->size[r], r++)
         if (opt->size[r] > 0)
-            sum_squares(model->scalar, model->params + opt->start[r], opt->size[r]);
+            sum_squares(model->scalar,
+                        model->params + place(opt, opt->params_compact, r, moments, opt->start[r]),
+                        opt->size[r]);
     device_to_host(&squares, model->scalar, sizeof(float));
     int suspect = !isfinite(squares);
     all_reduce_host(&suspect, 1, MPI_INT, MPI_MAX, &model->pgm->world);
@@ -84,15 +97,17 @@ int first_nonfinite_param(char *name, size_t size, Model *model, const Optimizer
     int n = 0;
     ParamInfo *full = model_full_table(&model->cfg, &n);
     int first = n;
-    float *host = xmalloc(model->num_params * sizeof(float));
-    device_to_host(host, model->params, model->num_params * sizeof(float));
+    float *host = xmalloc(held * sizeof(float));
+    device_to_host(host, model->params, held * sizeof(float));
     for (int i = 0; i < model->num_tensors && first == n; i++) {
         const ParamInfo *p = &model->table[i];
         size_t lo = p->offset, hi = lo + (size_t)p->rows * p->cols;
-        for (int r = 0; r < opt->num_ranges; r++) {
+        moments = 0;
+        for (int r = 0; r < opt->num_ranges; moments += opt->size[r], r++) {
             size_t at = lo > opt->start[r] ? lo : opt->start[r];
             size_t end = hi < opt->start[r] + opt->size[r] ? hi : opt->start[r] + opt->size[r];
-            while (at < end && isfinite(host[at])) at++;
+            while (at < end && isfinite(host[place(opt, opt->params_compact, r, moments, at)]))
+                at++;
             if (at < end) first = param_table_find(full, n, p->name);
         }
     }
@@ -139,11 +154,11 @@ void optimizer_free(Optimizer *opt) {
 void optimizer_step(Optimizer *opt, float *params, const float *grads, float lr) {
     opt->step++;
     size_t moments = 0; // where this range's moments begin
-    for (int r = 0; r < opt->num_ranges; r++) {
-        size_t at = opt->start[r];
+    for (int r = 0; r < opt->num_ranges; moments += opt->size[r], r++) {
         if (opt->size[r] == 0) continue; // the last bucket's padding can leave a rank nothing
-        adamw_update(params + at, grads + at, opt->m + moments, opt->v + moments, opt->size[r], lr,
-                     opt->beta1, opt->beta2, opt->eps, opt->weight_decay, opt->step);
-        moments += opt->size[r];
+        adamw_update(params + place(opt, opt->params_compact, r, moments, opt->start[r]),
+                     grads + place(opt, opt->grads_compact, r, moments, opt->start[r]),
+                     opt->m + moments, opt->v + moments, opt->size[r], lr, opt->beta1, opt->beta2,
+                     opt->eps, opt->weight_decay, opt->step);
     }
 }

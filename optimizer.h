@@ -10,8 +10,11 @@ typedef struct {
     int num_ranges;
     size_t *start, *size; // (num_ranges) the ranges of the flat buffers this rank updates; m and v
                           // hold their moments back to back, in this order
-    int sharded;          // 1: the ranges are this rank's shard (ZeRO-1), not every parameter
-    int step;             // updates taken so far (a resumed run restores it)
+    int sharded;          // 1: the ranges are this rank's shard (ZeRO), not every parameter
+    // ZeRO-2 keeps only the shard's gradients, ZeRO-3 its parameters too: those buffers hold the
+    // ranges back to back, as m and v do, instead of the whole flat buffer
+    int grads_compact, params_compact;
+    int step; // updates taken so far (a resumed run restores it)
     float beta1, beta2, eps, weight_decay;
 } Optimizer;
 

@@ -55,29 +55,36 @@ void sequence_parallel_split(SequenceParallel *sp, TensorParallel *tp, int N, in
     tp->split = &sp->split;
 }
 
-// the model's backward hook: the norms' parts summed over tp, then data parallelism's hook
+// the norm weights of part p (model.h's part_start), in the gradient buffer dw points into now
+static int part_norms(float *norms[2], const Model *model, int p) {
+    const ModelWeights *dw = &model->dw;
+    if (p == model->L) return norms[0] = dw->norm, 1;
+    if (config_is_mamba(&model->cfg)) return norms[0] = dw->layers[p].norm, 1; // one norm
+    norms[0] = dw->layers[p].self_attn.input_layernorm;
+    norms[1] = dw->layers[p].mlp.post_attention_layernorm;
+    return 2;
+}
+
+// the model's backward hook: the norms' parts summed over tp, then the next hook
 static void norm_grads_ready(void *ctx, size_t offset, size_t count) {
     SequenceParallel *sp = ctx;
-    for (int i = 0; i < sp->num_norms && sp->dp->require_backward_grad_sync; i++)
-        if (sp->norms[i] >= offset && sp->norms[i] < offset + count)
-            all_reduce(sp->model->grads + sp->norms[i], sp->C, REDUCE_SUM, sp->tp);
-    data_parallel_grads_ready(sp->dp, offset, count);
+    const Model *model = sp->model;
+    const size_t *at = model->part_start;
+    for (int p = 0; p <= model->L && (sp->dp->require_backward_grad_sync || sp->every_micro_batch);
+         p++) {
+        if (at[p + 1] != offset || at[p + 2] != offset + count || count == 0) continue;
+        float *norms[2];
+        for (int i = 0, n = part_norms(norms, model, p); i < n; i++)
+            all_reduce(norms[i], sp->C, REDUCE_SUM, sp->tp);
+    }
+    sp->next(sp->next_ctx, offset, count);
 }
 
 void sequence_parallel_init(SequenceParallel *sp, Model *model, DataParallel *dp) {
     sequence_parallel_split(sp, &model->tp, model->B * model->T, model->C);
     sp->model = model, sp->dp = dp;
-    sp->norms = xmalloc((2 * (size_t)model->L + 1) * sizeof(size_t));
-    const ModelWeights *dw = &model->dw;
-    for (int l = 0; l < model->L; l++) {
-        if (config_is_mamba(&model->cfg)) { // a Mamba layer has one norm (model_mamba.c)
-            sp->norms[sp->num_norms++] = dw->layers[l].norm - model->grads;
-            continue;
-        }
-        sp->norms[sp->num_norms++] = dw->layers[l].self_attn.input_layernorm - model->grads;
-        sp->norms[sp->num_norms++] = dw->layers[l].mlp.post_attention_layernorm - model->grads;
-    }
-    if (model->stage.has_head) sp->norms[sp->num_norms++] = dw->norm - model->grads;
+    sp->every_micro_batch = model->cfg.zero_stage >= 2;
+    sp->next = model->on_grads_ready, sp->next_ctx = model->hook_ctx;
     model->on_grads_ready = norm_grads_ready;
     model->hook_ctx = sp;
     model->extension_bytes += (size_t)sp->N * sp->C * sizeof(float);
@@ -85,5 +92,4 @@ void sequence_parallel_init(SequenceParallel *sp, Model *model, DataParallel *dp
 
 void sequence_parallel_free(SequenceParallel *sp) {
     device_free(sp->split.full);
-    free(sp->norms);
 }

@@ -9,10 +9,12 @@ typedef struct {
     StreamSplit split; // first: tensor_parallel.c holds a pointer to it
     int N, C;          // the stream's rows (all tokens) and width
     Group *tp;
-    size_t *norms; // (num_norms) offsets of this stage's norm weights in the flat buffers
-    int num_norms;
     Model *model;
-    DataParallel *dp; // whose backward hook runs after the norms' sum
+    DataParallel *dp;      // whose require_backward_grad_sync says when the norms are summed
+    int every_micro_batch; // ZeRO-2 and 3 reduce-scatter each micro-batch's gradients: sum each
+    // the backward hook installed before this one (data parallelism's, or ZeRO's): runs after
+    void (*next)(void *ctx, size_t offset, size_t count);
+    void *next_ctx;
 } SequenceParallel;
 
 // the rows of the residual stream a rank holds: N = mbs * seq / cp, over tp when it is on

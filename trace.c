@@ -349,14 +349,20 @@ static void print_crossing(FILE *f, const RankReport *r, int ranks, const int *s
 // allocator really handed out (its peak) the table accounts for: the rest is small buffers (RoPE
 // tables, the ring's and the pipeline's) and the allocator's rounding
 static void print_memory_table(FILE *f, const RankReport *r, int ranks) {
-    fprintf(f, "memory per rank, MB (fp32 weights, gradients and AdamW moments; activations at "
-               "their peak):\n  rank  parameters   gradients   optimizer  activations\n");
+    int zero = 0; // ZeRO-2 and 3's column, only where they ran
+    for (int i = 0; i < ranks; i++) zero |= r[i].memory.gathered > 0;
+    fprintf(f,
+            "memory per rank, MB (fp32 weights, gradients and AdamW moments; activations at "
+            "their peak):\n  rank  parameters   gradients   optimizer  activations%s\n",
+            zero ? "     units" : "");
     double least = INFINITY, most = 0.0;
     for (int i = 0; i < ranks; i++) {
         const RankMemory *m = &r[i].memory;
-        fprintf(f, "  %4d  %10.3f  %10.3f  %10.3f  %11.3f\n", i, m->params / 1e6, m->grads / 1e6,
+        fprintf(f, "  %4d  %10.3f  %10.3f  %10.3f  %11.3f", i, m->params / 1e6, m->grads / 1e6,
                 m->optimizer / 1e6, m->activations_peak / 1e6);
-        double table = m->params + m->grads + m->optimizer + m->activations_peak;
+        if (zero) fprintf(f, "  %8.3f", m->gathered / 1e6);
+        fprintf(f, "\n");
+        double table = m->params + m->grads + m->optimizer + m->activations_peak + m->gathered;
         least = fmin(least, table / m->allocated_peak);
         most = fmax(most, table / m->allocated_peak);
     }

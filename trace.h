@@ -41,6 +41,7 @@ void trace_end(EventKind kind, int micro, int layer, double start);
 // What one rank holds, for the report
 typedef struct {
     double params, grads, optimizer, activations_peak; // bytes
+    double gathered; // ZeRO-2 and 3: the peak of the units' whole gradients and gathered weights
     double allocated_peak; // device_allocated_peak(): the allocator's count, to check the others
 } RankMemory;
 

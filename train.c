@@ -24,7 +24,7 @@
 #include "metrics.h"              // logging.metrics_file
 #include "pipeline_interleaved.h" // distributed.pp_virtual_stages
 #include "sequence_parallel.h"    // distributed.sequence_parallel
-#include "zero.h"                 // distributed.zero1
+#include "zero.h"                 // distributed.zero_stage (zero1: stage 1)
 
 static const char *USAGE = "usage: mpirun -np N ./train --config PATH/config.json";
 
@@ -126,11 +126,11 @@ int main(int argc, char **argv) {
     MicroBatchDataLoader loader;
     micro_batch_loader_init(&loader, &ds, &cfg, pgm.dp_rank, pgm.dp_size, positions, T);
     DataParallel dp; // the model's backward hook: picotron's register_backward_hook
-    Zero zero;       // distributed.zero1: the buckets reduce-scattered, AdamW on a shard
+    Zero zero = {0}; // distributed.zero_stage: AdamW on a shard; 2, 3: gradients, weights too
     ExpertBuckets experts;
     SequenceParallel sp;
     Optimizer opt;
-    int sharded = cfg.zero1 && pgm.cp_dp.size > 1;
+    int sharded = cfg.zero_stage > 0 && pgm.cp_dp.size > 1;
     if (sharded)
         zero_init(&zero, &dp, &model, &pgm.cp_dp);
     else if (pgm.ep_size > 1)
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
         data_parallel_init(&dp, &model, &pgm.cp_dp, NULL);
     if (cfg.sequence_parallel) sequence_parallel_init(&sp, &model, &dp);
     if (sharded)
-        optimizer_init_ranges(&opt, &cfg, dp.num_buckets, zero.shard_start, zero.shard_size);
+        zero_optimizer_init(&opt, &zero, &cfg);
     else
         optimizer_init(&opt, &cfg, model.num_params);
     PipelineParallel pipe;
@@ -158,8 +158,10 @@ int main(int argc, char **argv) {
         checkpoint_lock(cfg.save_dir, &pgm);
     else if (cfg.save_dir[0])
         checkpoint_check_writable(cfg.save_dir, &pgm); // a signal's save
+    zero_unshard_params(&zero);                        // ZeRO-3: a checkpoint holds whole tensors
     if (cfg.init_from[0]) checkpoint_init_from(&model, cfg.init_from);
     int first_step = cfg.load_path[0] ? checkpoint_load(&model, &opt, cfg.load_path) + 1 : 1;
+    zero_reshard_params(&zero);
     if (first_step > cfg.total_train_steps && pgm.global_rank == 0)
         printf("nothing to train: the checkpoint in %s is at step %d and "
                "training.total_train_steps = %d (raise it to train on)\n",
@@ -183,13 +185,14 @@ int main(int argc, char **argv) {
         double start = now_seconds();
         trace_step_begin(step);
         backend_step_begin(); // the weights stay as they are until the optimizer's step
-        device_zero(model.grads, model.num_params * sizeof(float));
+        if (zero.stage < 2) device_zero(model.grads, model.num_params * sizeof(float));
         if (cfg.dataset_domains) domain_losses_begin(&domain_losses, step - 1);
         float loss = cfg.pp_size == 1 ? train_step(&model, &dp, &loader, step - 1)
                      : interleaved    ? train_step_pipeline_interleaved(&pipe, step - 1)
                                       : pipeline_train_step(&pipe, step - 1);
-        data_parallel_wait(&dp);
-        pipeline_sync_tied_embeddings(&model);
+        if (zero.stage >= 2) zero_wait(&zero); // ZeRO-2 and 3: each unit's shard, as it came
+        if (zero.stage < 2) data_parallel_wait(&dp);
+        if (zero.stage < 2) pipeline_sync_tied_embeddings(&model);
         double optimizer_start = trace_begin();
         float norm = clip_grad_norm(&model, &opt);
         // every rank learns at this same step whether to stop: a signal, or a number gone bad
@@ -213,7 +216,7 @@ int main(int argc, char **argv) {
                        "and the gradients were finite (norm %g), AdamW's update made tensor %s "
                        "not finite. Lower training.learning_rate; nothing of this step was saved",
                        step, learning_rate_at(&cfg, step), norm, name);
-        if (sharded) zero_all_gather_params(&zero, model.params);
+        if (sharded) zero_after_step(&zero);
         trace_end(EV_OPTIMIZER, -1, -1, optimizer_start);
         loss = average_loss_across_dp_cp_ranks(loss, model.scalar, &pgm.cp_dp);
         float aux = moe_step_aux_loss(&model); // the load-balancing loss; the loss stays the CE
@@ -235,7 +238,9 @@ int main(int argc, char **argv) {
         int save = cfg.save_frequency > 0 && step % cfg.save_frequency == 0;
         if (stop[0] && cfg.save_dir[0] && cfg.save_frequency == 0)
             checkpoint_lock(cfg.save_dir, &pgm); // saving for the first time
-        if ((save || stop[0]) && cfg.save_dir[0]) checkpoint_save(&model, &opt, step);
+        if ((save || stop[0]) && cfg.save_dir[0])
+            zero_unshard_params(&zero), checkpoint_save(&model, &opt, step),
+                zero_reshard_params(&zero);
         if (stop[0]) {
             if (pgm.global_rank == 0 && cfg.save_dir[0])
                 printf("stopped by signal %d after step %d: saved %s/%d; to continue, set "
@@ -248,27 +253,29 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    if (logger && pgm.cp_dp.size > 1 && !cfg.dp_naive)
+    if (logger && pgm.cp_dp.size > 1 && !cfg.dp_naive && zero.stage < 2)
         printf("[rank %d] data parallel: %d bucket %s of %d started during backward\n",
                pgm.global_rank, dp.started_during_backward,
-               cfg.zero1 ? "reduce-scatters" : "all-reduces", dp.num_buckets * steps_run);
+               sharded ? "reduce-scatters" : "all-reduces", dp.num_buckets * steps_run);
     if (logger) moe_report(&model);
+    if (logger) zero_report(&zero, steps_run);
     if (logger && cfg.dataset_domains) domain_losses_report(&domain_losses, cfg.save_dir);
     if (pgm.tp_rank == 0 && pgm.cp_rank == 0 && pgm.dp_rank == 0 && cfg.pp_size > 1)
         printf("[rank %d] pipeline stage %d: peak %d activation slots in use, %d allocated\n",
                pgm.global_rank, pgm.pp_rank, model.peak_slots_in_use, model.num_slots);
     double dp_hidden = dp.in_flight_seconds > 0 ? dp.overlapped_seconds / dp.in_flight_seconds : 0;
-    RankMemory memory = {.params = model.num_params * sizeof(float),
-                         .grads = model.num_params * sizeof(float),
+    RankMemory memory = {.params = (opt.params_compact ? opt.num_params : model.num_params) * 4.0,
+                         .grads = (opt.grads_compact ? opt.num_params : model.num_params) * 4.0,
                          .optimizer = 2.0 * opt.num_params * sizeof(float),
+                         .gathered = zero.peak_buffer_bytes,
                          .activations_peak =
                              model_activation_bytes(&model, model.peak_slots_in_use) +
                              pipe.buffer_bytes,
                          .allocated_peak = device_allocated_peak()};
     trace_finish(&memory, dp_hidden,
-                 cfg.dp_naive ? "naive"
-                 : cfg.zero1  ? "ZeRO-1"
-                              : "bucketed",
+                 cfg.dp_naive
+                     ? "naive"
+                     : (const char *[]){"bucketed", "ZeRO-1", "ZeRO-2", "ZeRO-3"}[cfg.zero_stage],
                  cfg.gradient_accumulation_steps, cfg.pp_engine, cfg.pp_virtual_stages);
     if (metrics) metrics_close(metrics);
     pipeline_parallel_free(&pipe);

@@ -33,6 +33,7 @@ harness_failures=0
 #                                (num_experts_per_tok, moe_capacity_factor, router_aux_loss_coef,
 #                                moe_intermediate_size) ep (distributed.ep_size: experts split
 #                                over ep of the dp ranks, default 1)
+#                                zero (distributed.zero_stage, default 0; zero1=true is stage 1)
 #                                mamba (true: model_type "mamba", a Mamba block per layer, state
 #                                8, conv 4, dt rank 8; false: the Llama)
 #                                hidden inter heads kv_heads vocab (the model's sizes, default 128
@@ -43,7 +44,7 @@ run_layout() {
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
     local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe="" ep=1
-    local mamba=false
+    local mamba=false zero=0
     local hidden=128 inter=256 heads=8 kv_heads=4 vocab=256 pad=1 data=""
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
@@ -62,7 +63,8 @@ run_layout() {
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
                  "sequence_parallel": $sp,
-                 "bucket_size_mb": 1, "zero1": $zero1, "pp_virtual_stages": $vstages,
+                 "bucket_size_mb": 1, "zero1": $zero1, "zero_stage": $zero,
+                 "pp_virtual_stages": $vstages,
                  "ep_size": $ep${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": $hidden, "intermediate_size": $inter,
            "num_hidden_layers": $layers, "num_attention_heads": $heads,
