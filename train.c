@@ -158,7 +158,8 @@ int main(int argc, char **argv) {
         checkpoint_lock(cfg.save_dir, &pgm);
     else if (cfg.save_dir[0])
         checkpoint_check_writable(cfg.save_dir, &pgm); // a signal's save
-    zero_unshard_params(&zero);                        // ZeRO-3: a checkpoint holds whole tensors
+    // ZeRO-3: a checkpoint holds whole tensors (zero_reshard_params: sharded again, if need be)
+    if (cfg.init_from[0] || cfg.load_path[0]) zero_unshard_params(&zero);
     if (cfg.init_from[0]) checkpoint_init_from(&model, cfg.init_from);
     int first_step = cfg.load_path[0] ? checkpoint_load(&model, &opt, cfg.load_path) + 1 : 1;
     zero_reshard_params(&zero);

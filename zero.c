@@ -180,6 +180,18 @@ static void release(Zero *z, int u) {
     if (z->gathered[u]) free_buffer(z, &z->gathered[u], u);
 }
 
+static void scatter_finish(Zero *z, int u) {
+    Handle *h = &z->scatter[u];
+    comm_wait(h);
+    z->scattering[u] = 0;
+    // data_parallel.c's figures: the reductions' time in flight, and the part not waited for
+    z->dp->in_flight_seconds += h->finished - h->started;
+    z->dp->overlapped_seconds += fmax(0.0, h->finished - h->waited - h->started);
+    add_inplace(z->grad_shard + z->shard_at[u],
+                z->grad_buffer[u] + z->group->rank * z->unit_piece[u], z->shard_size[u]);
+    free_buffer(z, &z->grad_buffer[u], u);
+}
+
 // whether this stage runs part q's forward (or its backward, reading weights)
 static int part_runs(const Model *m, int q, int backward) {
     if (q >= 0 && q < m->L) return 1;
@@ -209,24 +221,13 @@ static void unit_needed(void *ctx, int p, int backward) {
             if (!keep) release(z, u);
         }
     }
-    for (int i = 0; backward && i < n; i++) // the gradient lands in a whole-unit buffer
-        if (!z->grad_buffer[units[i]]) {
-            int u = units[i];
-            z->grad_buffer[u] = alloc_buffer(z, z->unit_piece[u] * z->group->size);
-            point_unit(z, &m->dw, u, z->grad_buffer[u]);
-        }
-}
-
-static void scatter_finish(Zero *z, int u) {
-    Handle *h = &z->scatter[u];
-    comm_wait(h);
-    z->scattering[u] = 0;
-    // data_parallel.c's figures: the reductions' time in flight, and the part not waited for
-    z->dp->in_flight_seconds += h->finished - h->started;
-    z->dp->overlapped_seconds += fmax(0.0, h->finished - h->waited - h->started);
-    add_inplace(z->grad_shard + z->shard_at[u],
-                z->grad_buffer[u] + z->group->rank * z->unit_piece[u], z->shard_size[u]);
-    free_buffer(z, &z->grad_buffer[u], u);
+    for (int i = 0; backward && i < n; i++) { // the gradient lands in a whole-unit buffer
+        int u = units[i];
+        if (z->scattering[u]) scatter_finish(z, u); // the last micro-batch's (a tied head's)
+        if (z->grad_buffer[u]) continue;            // begun by a tied head, this micro-batch
+        z->grad_buffer[u] = alloc_buffer(z, z->unit_piece[u] * z->group->size);
+        point_unit(z, &m->dw, u, z->grad_buffer[u]);
+    }
 }
 
 // the model's backward hook: a unit's gradient is complete for this micro-batch
@@ -350,7 +351,7 @@ void zero_unshard_params(Zero *z) {
 }
 
 void zero_reshard_params(Zero *z) {
-    if (z->stage != 3) return;
+    if (z->stage != 3 || z->model->params == z->param_shard) return; // nothing was read
     Model *m = z->model;
     for (int u = 0; u < z->num_units; u++)
         device_copy(z->param_shard + z->shard_at[u], m->params + z->shard_start[u],

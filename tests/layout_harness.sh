@@ -34,6 +34,7 @@ harness_failures=0
 #                                moe_intermediate_size) ep (distributed.ep_size: experts split
 #                                over ep of the dp ranks, default 1)
 #                                zero (distributed.zero_stage, default 0; zero1=true is stage 1)
+#                                trace (logging.trace: a path, its first 2 steps traced)
 #                                mamba (true: model_type "mamba", a Mamba block per layer, state
 #                                8, conv 4, dt rank 8; false: the Llama)
 #                                hidden inter heads kv_heads vocab (the model's sizes, default 128
@@ -44,7 +45,7 @@ run_layout() {
     local tp=1 cp=1 pp=1 dp=1 ga=4 engine=1f1b tied=false layers=4 zigzag=false async=false
     local mbs=2 seq=32 clip=0 warmup=0 decay=constant save=$STEPS load="" recompute=false kv
     local zero1=false sp=false vstages=1 experts=0 topk=2 cap=0 aux=0.01 moe_i=64 moe="" ep=1
-    local mamba=false zero=0
+    local mamba=false zero=0 trace=
     local hidden=128 inter=256 heads=8 kv_heads=4 vocab=256 pad=1 data=""
     for kv in "$@"; do local "${kv%%=*}=${kv#*=}"; done
     local dir=$HARNESS_DIR/$name
@@ -57,7 +58,8 @@ run_layout() {
     [ "$mamba" = true ] && moe="$moe, \"model_type\": \"mamba\", \"state_size\": 8,
            \"conv_kernel\": 4, \"time_step_rank\": 8"
     [ "$pad" != 1 ] && moe="$moe, \"make_vocab_size_divisible_by\": $pad"
-    local dataset=$HARNESS_DATASET
+    local dataset=$HARNESS_DATASET logging=""
+    [ -n "$trace" ] && logging=", \"trace\": \"$trace\", \"trace_steps\": 2"
     [ -n "$data" ] && dataset="\"name\": \"$data\""
     cat >"$dir/config.json" <<JSON
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
@@ -76,7 +78,7 @@ run_layout() {
               "recompute": $recompute},
  "dataset": {$dataset},
  "checkpoint": {"save_dir": "$dir/ckpt", "save_frequency": $save, "load_path": "$load"},
- "logging": {"metrics_file": "$dir/metrics.jsonl"}$HARNESS_SECTIONS}
+ "logging": {"metrics_file": "$dir/metrics.jsonl"$logging}$HARNESS_SECTIONS}
 JSON
     local np=$((tp * cp * pp * dp))
     # shellcheck disable=SC2086  # HARNESS_MPIRUN is a command and its options
