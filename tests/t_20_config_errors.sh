@@ -76,6 +76,8 @@ variants = {   # name: a statement that edits `cfg`
                   'cfg["distributed"].update(dp_size=4, ep_size=4)',
     "ep_zero1": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128); '
                 'cfg["distributed"].update(dp_size=2, ep_size=2, zero1=True)',
+    "zero_stage_4": 'cfg["distributed"]["zero_stage"] = 4',
+    "zero3_naive": 'cfg["distributed"].update(dp_size=2, zero_stage=3, dp_naive=True)',
     "ep_naive": 'cfg["model"].update(num_experts=4, moe_intermediate_size=128); '
                 'cfg["distributed"].update(dp_size=2, ep_size=2, dp_naive=True)',
     "ep_zero": 'cfg["distributed"]["ep_size"] = 0',
@@ -179,9 +181,11 @@ expect_error "ep not dividing dp" 'distributed\.ep_size = 2 must divide distribu
     3 "$(c ep_dp)"
 expect_error "ep not dividing the experts" \
     'distributed\.ep_size = 4 does not divide model\.num_experts = 6' 4 "$(c ep_experts)"
-expect_error "ep with zero1" 'distributed\.zero1 with distributed\.ep_size = 2' 2 "$(c ep_zero1)"
+expect_error "ep with zero1" 'distributed\.zero_stage = 1 \(or zero1\) with distributed\.ep_size = 2' 2 "$(c ep_zero1)"
 expect_error "ep with dp_naive" 'distributed\.dp_naive with distributed\.ep_size = 2' 2 \
     "$(c ep_naive)"
+expect_error "zero_stage of 4" 'distributed\.zero_stage = 4 must be at most 3' 1 "$(c zero_stage_4)"
+expect_error "zero_stage 3 with dp_naive" 'distributed\.zero_stage = 3 \(or zero1\) and distributed\.dp_naive = true' 2 "$(c zero3_naive)"
 expect_error "ep of 0" 'distributed\.ep_size = 0 must be at least 1' 1 "$(c ep_zero)"
 expect_error "world size != tp*cp*pp*dp" \
     'tp\*cp\*pp\*dp = 1\*1\*1\*1 = 1 but mpirun started 2 ranks' 2 "$(c valid)"
