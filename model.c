@@ -166,7 +166,8 @@ static void grads_ready(Model *model, int p) {
     if (model->on_grads_ready) model->on_grads_ready(model->hook_ctx, first, end - first);
 }
 
-// ZeRO-3 gathers part p's weights before they are read (zero.c)
+// before part p's weights are read: ZeRO-3 gathers them, ZeRO-2 and 3 give the backward a
+// whole-unit gradient buffer (zero.c)
 static void params_needed(Model *model, int p, int backward) {
     if (model->on_params_needed) model->on_params_needed(model->params_ctx, p, backward);
 }

@@ -21,8 +21,9 @@ void backend_init(int local_rank); // picks the device; a no-op on the CPU
 void backend_set_dtype(const char *dtype);
 // Called at the start of every training step, before its products. The promise it makes: from
 // one call to the next (and before the first), nothing writes a weight once a product has read it
-// (AdamW and ZeRO-1's all-gather write them between steps). The bf16 build keeps each weight's
-// cast for the step on that promise (backend/cuda/matmul.cu); a no-op on the CPU.
+// (AdamW and ZeRO-1's all-gather write them between steps; ZeRO-3, which gathers weights during
+// the step, is refused on the GPU for this reason). The bf16 build keeps each weight's cast for the
+// step on that promise (backend/cuda/matmul.cu); a no-op on the CPU.
 void backend_step_begin(void);
 void *device_malloc(size_t bytes); // zeroed
 void device_free(void *ptr);

@@ -65,9 +65,8 @@ run_layout() {
 {"distributed": {"tp_size": $tp, "cp_size": $cp, "pp_size": $pp, "dp_size": $dp,
                  "pp_engine": "$engine", "cp_zigzag": $zigzag, "tp_async": $async,
                  "sequence_parallel": $sp,
-                 "bucket_size_mb": 1, "zero1": $zero1, "zero_stage": $zero,
-                 "pp_virtual_stages": $vstages,
-                 "ep_size": $ep${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
+                 "bucket_size_mb": 1, "zero1": $zero1, "pp_virtual_stages": $vstages,
+                 "ep_size": $ep, "zero_stage": $zero${HARNESS_DISTRIBUTED_EXTRA:+, $HARNESS_DISTRIBUTED_EXTRA}},
  "model": {"name": "picotron-tiny", "hidden_size": $hidden, "intermediate_size": $inter,
            "num_hidden_layers": $layers, "num_attention_heads": $heads,
            "num_key_value_heads": $kv_heads, "vocab_size": $vocab, "tie_word_embeddings": $tied$moe
