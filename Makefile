@@ -43,7 +43,7 @@ else
   LDLIBS   += -lblis
 endif
 
-CORE_SRC = utils.c files.c config.c data.c doremi.c model.c model_memory.c model_table.c model_moe.c model_mamba.c moe.c mamba.c mamba_context_parallel.c expert_parallel.c optimizer.c process_group_manager.c data_parallel.c \
+CORE_SRC = utils.c files.c config.c data.c doremi.c model.c model_init.c model_memory.c model_table.c model_moe.c model_mamba.c moe.c mamba.c mamba_context_parallel.c expert_parallel.c optimizer.c process_group_manager.c data_parallel.c \
            zero.c sequence_parallel.c pipeline_interleaved.c metrics.c \
            tensor_parallel.c vocab_padding.c pipeline_parallel.c context_parallel.c checkpoint.c \
            checkpoint_tokenizer.c safetensors.c tokenizer.c \
