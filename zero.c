@@ -204,22 +204,28 @@ static void unit_needed(void *ctx, int p, int backward) {
     Zero *z = ctx;
     Model *m = z->model;
     int units[2], n = part_units(units, z, p);
-    for (int u = 0; u < z->num_units; u++) // MPI moves what is in flight along inside its calls
-        if (z->gathering[u] || z->scattering[u])
+    // a new pass (a forward, or a backward, of another micro-batch) overlaps nothing with the last
+    // pass's reduce-scatter: it ends now, before this pass's buffers are made
+    int new_pass = backward != z->backward || (backward ? p >= z->part : p <= z->part);
+    z->part = p, z->backward = backward;
+    for (int u = 0; u < z->num_units; u++) {
+        if (new_pass && z->scattering[u]) scatter_finish(z, u);
+        if (z->gathering[u] || z->scattering[u]) // MPI moves them along inside its calls
             comm_test(z->gathering[u] ? &z->gather[u] : &z->scatter[u]);
+    }
     if (z->stage == 3 && !(backward && p == -1)) { // the embedding's backward reads no weight
-        for (int i = 0; i < n; i++) gather_wait(z, units[i]);
         // the next part of this pass, if this stage runs it: its gather travels while p computes
         int q = backward ? p - 1 : p + 1, next[2];
         int k = part_runs(m, q, backward) ? part_units(next, z, q) : 0;
-        for (int i = 0; i < k; i++)
-            if (!z->gathered[next[i]]) gather_start(z, next[i]), z->prefetches++;
-        for (int u = 0; u < z->num_units; u++) { // what neither p nor the next part reads
+        for (int u = 0; u < z->num_units; u++) { // first what neither p nor the next part reads
             int keep = 0;
             for (int i = 0; i < n; i++) keep |= units[i] == u;
             for (int i = 0; i < k; i++) keep |= next[i] == u;
             if (!keep) release(z, u);
         }
+        for (int i = 0; i < n; i++) gather_wait(z, units[i]);
+        for (int i = 0; i < k; i++)
+            if (!z->gathered[next[i]]) gather_start(z, next[i]), z->prefetches++;
     }
     for (int i = 0; backward && i < n; i++) { // the gradient lands in a whole-unit buffer
         int u = units[i];

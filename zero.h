@@ -36,6 +36,7 @@ typedef struct {
     Handle *scatter, *gather;
     int *scattering, *gathering;            // in flight
     ModelWeights window;                    // model_layout_params's pointers over one unit's buffer
+    int part, backward;                     // the part the model last asked for, and in which pass
     size_t buffer_bytes, peak_buffer_bytes; // of grad_buffer and gathered alive at once
     long gathers_started, prefetches, scatters_started;
     double gather_in_flight, gather_hidden; // seconds, and those not waited for
