@@ -47,7 +47,7 @@ CORE_SRC = utils.c files.c config.c data.c doremi.c model.c model_init.c model_m
            zero.c sequence_parallel.c pipeline_interleaved.c metrics.c \
            tensor_parallel.c vocab_padding.c pipeline_parallel.c context_parallel.c checkpoint.c \
            checkpoint_tokenizer.c safetensors.c tokenizer.c \
-           trace.c nodes.c svg.c backend/comm_log.c backend/comm_host.c
+           trace.c nodes.c svg.c backend/comm_log.c backend/comm_host.c backend/kernel_time.c
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))

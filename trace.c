@@ -6,10 +6,12 @@
 #include "trace.h"
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "backend/backend.h"
 #include "backend/comm_log.h"
+#include "backend/kernel_time.h"
 #include "nodes.h"
 #include "svg.h"
 #include "utils.h"
@@ -41,6 +43,7 @@ static struct {
     int num_events;
     CommStats at_step_begin[GROUP_KINDS], first[GROUP_KINDS], rest[GROUP_KINDS];
     int rest_steps, group_size[GROUP_KINDS];
+    double step_seconds; // all steps, for the kernel timing's shares
     StepWindow *windows;
     int num_windows, windows_cap;
     NodeLayout nodes; // this rank's node, and which of its groups cross to another (nodes.c)
@@ -172,6 +175,7 @@ void trace_step_begin(int step) {
     tr.step = step;
     tr.steps_begun++;
     tr.in_step = 1;
+    kernel_time_count(1);
     memcpy(tr.at_step_begin, comm_log_counters(), sizeof tr.at_step_begin);
     const CommSpan *before;
     comm_log_take_spans(&before); // what ended between steps is not drawn
@@ -198,8 +202,10 @@ void trace_step_end(void) {
     }
     record_comm_spans();
     if (tr.steps_begun > 1) tr.rest_steps++;
-    record(EV_STEP, tr.windows[tr.num_windows - 1].begin, now_seconds(), -1, -1, GROUP_OTHER,
-           OP_NONE, 0, 0);
+    double end = now_seconds();
+    record(EV_STEP, tr.windows[tr.num_windows - 1].begin, end, -1, -1, GROUP_OTHER, OP_NONE, 0, 0);
+    tr.step_seconds += end - tr.windows[tr.num_windows - 1].begin;
+    kernel_time_count(0);
     tr.in_step = 0;
     comm_log_keep_spans(0);
 }
@@ -612,6 +618,12 @@ void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mo
     ProcessGroupManager *pgm = tr.pgm;
     fflush(stdout); // this rank's last lines go out before rank 0's report
     int ranks = pgm->world_size, me = pgm->global_rank;
+    if (me == 0 && getenv("PICOTRON_KERNEL_TIME")) { // before the report's collectives
+        int local_rank, ranks_on_node;
+        node_ranks(&local_rank, &ranks_on_node);
+        kernel_time_report(stdout, tr.steps_begun, tr.step_seconds,
+                           device_peak_flops(ranks_on_node));
+    }
     RankReport mine = this_rank_report(memory, dp_overlap);
     RankReport *all = me == 0 ? xmalloc(ranks * sizeof(RankReport)) : NULL;
     gather_bytes(all, &mine, sizeof mine, NULL, NULL, 0);

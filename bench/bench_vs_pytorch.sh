@@ -9,7 +9,9 @@
 #        micro-batch 8
 # Both sides time 10 steps after 3 warm-up steps; ./train's rate is the harmonic mean of the
 # Tokens/s of its logged steps 4..13 (total tokens over total step time), its MFU the mean of
-# their MFU (model FLOP/s over the measured FMA peak of the cores it uses).
+# their MFU (model FLOP/s over the measured FMA peak of the cores it uses). After each case, where
+# ./train's step goes at each thread count (PICOTRON_KERNEL_TIME, backend/kernel_time.c): each
+# kind of kernel's share, and its FLOP/s or bytes/s beside the FMA peak and a copy's bandwidth.
 # PyTorch comes from the script's own virtual environment, bench/.venv (BENCH_VENV to use another),
 # created and filled with pip on the first run (about 6 GB: the default wheel carries CUDA's
 # libraries), so every run compares against the same pinned versions.
@@ -71,8 +73,10 @@ cfg = json.load(open(path))
 cfg.setdefault("environment", {})["OMP_NUM_THREADS"] = threads
 json.dump(cfg, open(path, "w"), indent=4)
 PY
-    OMP_NUM_THREADS=$threads ./train --config "$tmp/$name/config.json" >"$tmp/train.log" 2>&1 ||
-        { tail -n 5 "$tmp/train.log" >&2; return 1; }
+    # PICOTRON_KERNEL_TIME: the end of the log says where the step's time went (kernel_time.c)
+    PICOTRON_KERNEL_TIME=1 OMP_NUM_THREADS=$threads ./train --config "$tmp/$name/config.json" \
+        >"$tmp/train.log" 2>&1 || { tail -n 5 "$tmp/train.log" >&2; return 1; }
+    cp "$tmp/train.log" "$tmp/$name-$threads.log"
     python3 - "$tmp/train.log" "$WARMUP" <<'PY'
 import re, sys
 scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
@@ -102,6 +106,12 @@ run_case() {   # name, then the flags shared by create_config and pytorch_step.p
             ratio=$(python3 -c "print('%.2f' % ($c / $pt))")
         fi
         printf "%-8s %14s %8s %14s %10s\n" "$n" "${c:-failed}" "${mfu:-n/a}" "${pt:-failed}" "$ratio"
+    done
+    for n in $THREADS; do
+        [ -f "$tmp/$name-$n.log" ] || continue
+        echo "C, $n thread(s): $(sed -n '/^where rank 0.s step goes/,/the rest/p' "$tmp/$name-$n.log" |
+                                   head -n 1)"
+        sed -n '/^where rank 0.s step goes/,/the rest/p' "$tmp/$name-$n.log" | tail -n +2
     done
 }
 

@@ -8,10 +8,12 @@
 // torch casts them to the tensor's float. Same order of operations, not guaranteed the same
 // bits: torch's vectorised kernels may fuse a multiply-add where this loop does not, or back.
 #include "backend/backend.h"
+#include "backend/kernel_time.h"
 #include <math.h>
 
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int t) {
+    KERNEL_TIME(KT_ADAMW, 0, 28.0 * n);
     float decay = (float)(1.0 - (double)lr * weight_decay);
     float w1 = (float)(1.0 - (double)beta1);
     float w2 = (float)(1.0 - (double)beta2);

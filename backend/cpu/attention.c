@@ -5,6 +5,7 @@
 // Work goes in tiles of TILE query rows of one head: the scores of a tile, (TILE, Tk), stay in
 // cache, and the two products of a tile are GEMMs that BLIS runs near the CPU's peak.
 #include "backend/backend.h"
+#include "backend/kernel_time.h"
 #include "backend/cpu/fast_exp.h"
 #include "utils.h"
 #include <cblas.h>
@@ -43,11 +44,21 @@ static void visible_keys(int *j0, int *j1, const int *q_pos, int rows, const int
     while (*j1 > *j0 && k_pos[*j1 - 1] > last) (*j1)--;
 }
 
+// the (query, key) pairs a causal block computes: key position at most the query's (for the
+// kernel timing's FLOP count)
+static double visible_pairs(const int *q_pos, const int *k_pos, int Tq, int Tk) {
+    double pairs = 0;
+    for (int i = 0; i < Tq; i++)
+        for (int j = 0; j < Tk; j++) pairs += k_pos[j] <= q_pos[i];
+    return pairs;
+}
+
 // q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos (Tq), k_pos (Tk)  out: (B, Tq, H, D)
 // lse: (B, H, Tq), both running values merged with this block's softmax
 void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
                              const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
                              int KV, int D) {
+    KERNEL_TIME(KT_ATTENTION, 4.0 * D * B * H * visible_pairs(q_pos, k_pos, Tq, Tk), 0);
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
     size_t per_thread = (size_t)TILE * Tk + (size_t)TILE * D;
@@ -115,6 +126,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
 // delta (B, H, T) = rowsum(dout * out): the softmax backward's sum_j p_j dp_j, per query row
 void attention_backward_delta(float *delta, const float *dout, const float *out, int B, int T,
                               int H, int D) {
+    KERNEL_TIME(KT_ATTENTION, 0, 8.0 * B * T * H * D);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -134,6 +146,7 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               const float *k, const float *v, const float *lse, const float *delta,
                               const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
                               int KV, int D) {
+    KERNEL_TIME(KT_ATTENTION, 8.0 * D * B * H * visible_pairs(q_pos, k_pos, Tq, Tk), 0);
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
     size_t per_thread = 2 * (size_t)TILE * Tk;

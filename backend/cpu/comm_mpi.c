@@ -6,6 +6,7 @@
 // naps) hands the core over instead.
 // A group of one rank does no MPI at all: the call is a copy (or nothing) and the handle is done.
 #include "backend/comm_common.h"
+#include "backend/kernel_time.h"
 
 void comm_set_backend(const char *name) {
     if (strcmp(name, "mpi") != 0)
@@ -33,6 +34,7 @@ void group_free(Group *g) {
 }
 
 void comm_wait(Handle *h) {
+    KERNEL_TIME(KT_WAIT, 0, 0);
     double wait_started = now_seconds();
     for (int polls = 0;; polls++) {
         int done = 0;

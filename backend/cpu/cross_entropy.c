@@ -3,11 +3,13 @@
 // merges those over the ranks (the max, then the sums rescaled to it) between the calls, so no
 // rank holds the full vocabulary.
 #include "backend/backend.h"
+#include "backend/kernel_time.h"
 #include <math.h>
 
 // logits (N, V); maxes, sumexp, target_logit (N)
 void cross_entropy_stats(float *maxes, float *sumexp, float *target_logit, const float *logits,
                          const int *targets, int N, int V, int vocab_start) {
+    KERNEL_TIME(KT_LOSS, 0, 4.0 * N * V);
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * V;
@@ -35,6 +37,7 @@ void cross_entropy_loss(float *losses, const float *maxes, const float *sumexp,
 void cross_entropy_backward(float *dlogits, const float *logits, const float *maxes,
                             const float *sumexp, const int *targets, float dloss, int N, int V,
                             int vocab_start) {
+    KERNEL_TIME(KT_LOSS, 0, 8.0 * N * V);
     // forward: loss = log(sumexp) + max - logit[target]
     // dlogits = dloss * (exp(logit - max) / sumexp - onehot(target))
 #pragma omp parallel for

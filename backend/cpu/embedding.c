@@ -1,11 +1,13 @@
 // Token embedding from a vocab shard: rows [vocab_start, vocab_start + V) of the table live here;
 // other tokens give zero rows that the vocab-parallel all-reduce fills in (Megatron-LM).
 #include "backend/backend.h"
+#include "backend/kernel_time.h"
 #include <string.h>
 
 // out (N, C), tokens (N), wte (V, C)
 void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
                        int vocab_start, int V) {
+    KERNEL_TIME(KT_ELEMENTWISE, 0, 8.0 * N * C);
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         int row = tokens[n] - vocab_start;
@@ -21,6 +23,7 @@ void embedding_forward(float *out, const int *tokens, const float *wte, int N, i
 // would race. It is O(N*C), next to the O(N*C*V) of the output projection.
 void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C,
                         int vocab_start, int V) {
+    KERNEL_TIME(KT_ELEMENTWISE, 0, 12.0 * N * C);
     for (int n = 0; n < N; n++) {
         int row = tokens[n] - vocab_start;
         if (row < 0 || row >= V) continue;

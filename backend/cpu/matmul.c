@@ -6,6 +6,7 @@
 // both cores busy. Every element still sums its products in BLIS's order: the same bits as one
 // thread.
 #include "backend/backend.h"
+#include "backend/kernel_time.h"
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, con
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T
 void matmul_forward(float *out, const float *inp, const float *weight, int N, int C, int OC) {
+    KERNEL_TIME(KT_GEMM, 2.0 * N * C * OC, 0);
     if (N == 0 || OC == 0) return;
     gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
 }
@@ -56,6 +58,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, int N, in
 // always adds (beta = 1)
 static void backward(float *dinp, float *dweight, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC, float dinp_beta) {
+    KERNEL_TIME(KT_GEMM, 2.0 * N * C * OC * ((dinp != NULL) + (dweight != NULL)), 0);
     if (N == 0 || C == 0) return;
     if (OC == 0) { // an empty sum: dinp is 0 (written) or unchanged
         if (dinp && dinp_beta == 0.0f) memset(dinp, 0, (size_t)N * C * sizeof(float));

@@ -1,5 +1,6 @@
 // RMSNorm over the last dimension, as Llama uses it (no mean subtraction, no bias).
 #include "backend/backend.h"
+#include "backend/kernel_time.h"
 #include <math.h>
 
 #define COL_CHUNK 64 // columns per thread in the weight gradient: rows stay contiguous
@@ -7,6 +8,7 @@
 // out, inp: (N, C)  weight: (C)  rstd: (N), saved for the backward
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
                      float eps) {
+    KERNEL_TIME(KT_ELEMENTWISE, 0, 8.0 * N * C);
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -22,6 +24,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
 
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                       const float *weight, const float *rstd, int N, int C) {
+    KERNEL_TIME(KT_ELEMENTWISE, 0, 16.0 * N * C);
     // forward: out = inp * rstd * weight, rstd = (mean(inp^2) + eps)^(-1/2)
     // dinp = rstd * dout * weight - inp * rstd^3 / C * sum_c(dout * weight * inp)
 #pragma omp parallel for

@@ -1,6 +1,7 @@
 // Rotary position embedding (Su et al., RoFormer) in Hugging Face Llama's rotate-half layout:
 // element i of a head pairs with element i + D/2, not with its neighbour.
 #include "backend/backend.h"
+#include "backend/kernel_time.h"
 
 // Rotates each (x[i], x[i + D/2]) pair by +theta (dir = 1) or -theta (dir = -1).
 static void rotate(float *x, const float *cos, const float *sin, int B, int T, int NH, int D,
@@ -27,10 +28,12 @@ static void rotate(float *x, const float *cos, const float *sin, int B, int T, i
 // x: (B, T, NH, D) in place; cos, sin: (T, D/2)
 // out[i] = x[i] cos - x[i + D/2] sin;  out[i + D/2] = x[i + D/2] cos + x[i] sin
 void rope_forward(float *x, const float *cos, const float *sin, int B, int T, int NH, int D) {
+    KERNEL_TIME(KT_ELEMENTWISE, 0, 8.0 * B * T * NH * D);
     rotate(x, cos, sin, B, T, NH, D, 1.0f);
 }
 
 // forward: out = R(theta) x, R orthogonal  =>  dx = R(theta)^T dout = R(-theta) dout
 void rope_backward(float *dx, const float *cos, const float *sin, int B, int T, int NH, int D) {
+    KERNEL_TIME(KT_ELEMENTWISE, 0, 8.0 * B * T * NH * D);
     rotate(dx, cos, sin, B, T, NH, D, -1.0f);
 }
