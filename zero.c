@@ -1,5 +1,9 @@
-// ZeRO-1 (distributed.zero1; DeepSpeed's stage 1, nanotron's and Megatron's distributed optimizer),
-// beyond picotron: each of the R cp*dp replicas keeps AdamW's moments for 1/R of the parameters
+// ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+// Models"), beyond picotron, in three steps over the R cp*dp replicas (distributed.zero_stage):
+// stage 1 shards AdamW's moments, stage 2 the gradients too, stage 3 the weights too (FSDP).
+//
+// Stage 1 (distributed.zero1; DeepSpeed's stage 1, nanotron's and Megatron's distributed
+// optimizer): each of the R cp*dp replicas keeps AdamW's moments for 1/R of the parameters
 // only. A bucket is reduce-scattered instead of all-reduced (the same bytes sent): rank r ends the
 // step with the averaged gradient of piece r of every bucket, updates just that piece
 // (optimizer.c), and every bucket's parameters are then all-gathered. The shard is piece r of
