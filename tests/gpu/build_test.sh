@@ -40,8 +40,10 @@ CUDA_LIBS=(-L"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 # PICOTRON_GPU_BUILD=build-emu: `make GPU=emulate` built the CUDA sources for the CPU emulator
 [ -f "$BUILD/tests/gpu/emulator/emulator.o" ] &&
     CUDA_LIBS=("$BUILD/tests/gpu/emulator/emulator.o" -lblis -lstdc++)
-# what the backend's communication calls outside its own files: errors, and the counters
-comm_deps=("$BUILD/utils.o" "$BUILD/backend/comm_log.o" "$BUILD/backend/comm_host.o")
+# what the backend's kernels and communication call outside their own files: errors, the
+# counters, the CPU kernels' timing
+comm_deps=("$BUILD/utils.o" "$BUILD/backend/comm_log.o" "$BUILD/backend/comm_host.o"
+           "$BUILD/backend/kernel_time.o")
 renames=$(grep -o 'X([a-z_0-9]*)' tests/gpu/cpu_twins.h | sed 's/X(\(.*\))/-D\1=cpu_\1/')
 cpu_objs=()
 # the kernel files: every CUDA source but device memory and communication has a CPU twin;
