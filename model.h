@@ -284,8 +284,8 @@ void mamba_layout_params(Model *model, ModelWeights *w, float *base);
 void mamba_init_tensor(Model *model, const ParamInfo *p);
 // out (Ns, C) = x + mixer(rmsnorm(x)), x the input of slot a's local layer l
 void mamba_layer_forward(Model *model, float *out, const Activations *a, int l);
-// dresid holds d(out) on entry and d(x) on return; returns the end of the layer's gradients
-const float *mamba_layer_backward(Model *model, float *dresid, const Activations *a, int l);
+// dresid holds d(out) on entry and d(x) on return
+void mamba_layer_backward(Model *model, float *dresid, const Activations *a, int l);
 // the layer's sizes and backward buffers (before model_alloc_buffers), and their release
 void mamba_alloc_buffers(Model *model);
 void mamba_free_buffers(Model *model);

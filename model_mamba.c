@@ -138,7 +138,7 @@ void mamba_layer_forward(Model *model, float *out, const Activations *a, int l) 
     add_inplace(out, x, NC);
 }
 
-const float *mamba_layer_backward(Model *model, float *dresid, const Activations *a, int l) {
+void mamba_layer_backward(Model *model, float *dresid, const Activations *a, int l) {
     const LayerWeights *w = &model->w.layers[l], *dw = &model->dw.layers[l];
     const LayerActivations *s = &a->layers[l];
     TensorParallel *tp = &model->tp;
@@ -165,7 +165,6 @@ const float *mamba_layer_backward(Model *model, float *dresid, const Activations
     // forward: ln = rmsnorm(x), on this rank's rows
     rmsnorm_backward(dresid, dw->norm, tensor_parallel_own_rows(tp, dln),
                      model_layer_input(model, a, l), w->norm, s->self_attn.rstd1, model->Ns, C);
-    return dw->mixer.out_proj + (size_t)C * model->mamba.I; // out_proj is the layer's last
 }
 
 void mamba_alloc_buffers(Model *model) {

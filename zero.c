@@ -116,6 +116,10 @@ static size_t unit_lo(const Zero *z, int u) {
 static size_t unit_size(const Zero *z, int u) {
     return z->model->part_start[u + 1] - z->model->part_start[u];
 }
+// a unit's whole buffer: R pieces, the last padded (NCCL's pieces must all be the same size)
+static size_t unit_padded(const Zero *z, int u) {
+    return z->unit_piece[u] * z->group->size;
+}
 
 static float *alloc_buffer(Zero *z, size_t floats) {
     z->buffer_bytes += floats * sizeof(float);
@@ -123,7 +127,7 @@ static float *alloc_buffer(Zero *z, size_t floats) {
     return device_malloc(floats * sizeof(float)); // zeroed: a gradient is added into it
 }
 static void free_buffer(Zero *z, float **buffer, int u) {
-    z->buffer_bytes -= z->unit_piece[u] * z->group->size * sizeof(float);
+    z->buffer_bytes -= unit_padded(z, u) * sizeof(float);
     device_free(*buffer);
     *buffer = NULL;
 }
@@ -157,11 +161,10 @@ static int part_units(int units[2], const Zero *z, int p) {
 }
 
 static void gather_start(Zero *z, int u) {
-    size_t piece = z->unit_piece[u];
-    float *buffer = z->gathered[u] = alloc_buffer(z, piece * z->group->size);
-    device_copy(buffer + z->group->rank * piece, z->param_shard + z->shard_at[u],
+    float *buffer = z->gathered[u] = alloc_buffer(z, unit_padded(z, u));
+    device_copy(buffer + z->group->rank * z->unit_piece[u], z->param_shard + z->shard_at[u],
                 z->shard_size[u] * sizeof(float));
-    z->gather[u] = all_gather_start(buffer, piece * z->group->size, z->group);
+    z->gather[u] = all_gather_start(buffer, unit_padded(z, u), z->group);
     z->gathering[u] = 1;
     z->gathers_started++;
 }
@@ -235,7 +238,7 @@ static void unit_needed(void *ctx, int p, int backward) {
         int u = units[i];
         if (z->scattering[u]) scatter_finish(z, u); // the last micro-batch's (a tied head's)
         if (z->grad_buffer[u]) continue;            // begun by a tied head, this micro-batch
-        z->grad_buffer[u] = alloc_buffer(z, z->unit_piece[u] * z->group->size);
+        z->grad_buffer[u] = alloc_buffer(z, unit_padded(z, u));
         point_unit(z, &m->dw, u, z->grad_buffer[u]);
     }
 }
@@ -247,8 +250,8 @@ static void unit_grads_ready(void *ctx, size_t offset, size_t count) {
         if (z->scattering[u]) scatter_finish(z, u);
     for (int u = 0; u < z->num_units; u++)
         if (count > 0 && unit_lo(z, u) == offset && unit_size(z, u) == count) {
-            z->scatter[u] = reduce_scatter_start(
-                z->grad_buffer[u], z->unit_piece[u] * z->group->size, REDUCE_AVG, z->group);
+            z->scatter[u] =
+                reduce_scatter_start(z->grad_buffer[u], unit_padded(z, u), REDUCE_AVG, z->group);
             z->scattering[u] = 1;
             z->scatters_started++;
         }
@@ -256,7 +259,7 @@ static void unit_grads_ready(void *ctx, size_t offset, size_t count) {
 
 // unit u of full (at its flat offset) from every rank's piece, this rank's read from mine
 static void all_gather_unit(Zero *z, float *full, const float *mine, int u) {
-    size_t piece = z->unit_piece[u], padded = piece * z->group->size, n = unit_size(z, u);
+    size_t piece = z->unit_piece[u], padded = unit_padded(z, u), n = unit_size(z, u);
     float *buffer = padded == n ? full + unit_lo(z, u) : alloc_buffer(z, padded);
     float *own = buffer + z->group->rank * piece;
     if (own != mine) device_copy(own, mine, z->shard_size[u] * sizeof(float));
@@ -299,7 +302,7 @@ static void units_init(Zero *z, DataParallel *dp, Model *model, Group *group) {
     model->params = z->param_shard = device_malloc(at * sizeof(float));
     // each unit's first values made whole, one unit at a time, and this rank's piece kept
     for (int u = 0; u < n; u++) {
-        float *unit = alloc_buffer(z, z->unit_piece[u] * R);
+        float *unit = alloc_buffer(z, unit_padded(z, u));
         for (int i = 0; i < model->num_tensors; i++) {
             const ParamInfo *p = &model->table[i];
             if (p->offset >= unit_lo(z, u) && p->offset < unit_lo(z, u) + unit_size(z, u))
