@@ -74,7 +74,7 @@ $(BUILD)/bench/%: bench/%.c $(CORE_OBJ)
 $(BUILD)/bench/roofline: bench/roofline.c
 	@mkdir -p $(dir $@)
 	cc $(OPT) -std=gnu11 -Wall -Wextra $(SANITIZE) -o $@ $< -lm
-$(BUILD)/%.o: %.c $(wildcard *.h backend/*.h)
+$(BUILD)/%.o: %.c $(wildcard *.h backend/*.h backend/cpu/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 $(BUILD)/%.o: %.cu $(wildcard *.h backend/*.h backend/cuda/*.h $(EMU)/*)

@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 typedef enum {
-    KT_GEMM,        // the linear layers' products (BLIS)
+    KT_GEMM,        // the linear layers' products (backend/cpu/gemm.c)
     KT_ATTENTION,   // the attention blocks, forward and backward
     KT_ELEMENTWISE, // norms, RoPE, SwiGLU, embedding, residual adds, scales, fills
     KT_ADAMW,

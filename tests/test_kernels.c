@@ -6,6 +6,9 @@
 #include "backend/backend.h"
 #include "utils.h"
 #include "tests/test_util.h"
+#ifndef PICOTRON_GPU
+#include "backend/cpu/gemm.h"
+#endif
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -123,6 +126,72 @@ static void test_matmul(void) {
     free(m.inp), free(m.w), free(m.out), free(R), free(dinp), free(dw), free(dinp1), free(dw1);
     free(only), free(written), free(thrice);
 }
+
+#ifndef PICOTRON_GPU
+// The CPU backend's product (backend/cpu/gemm.c) against a double-precision sum, every transpose,
+// at sizes that cut its tiles and blocks short (K past one KC pass, N past one NC block), with
+// alpha and beta; beta = 0 ignores what C held (NaN); an empty sum scales C. Then the promise the
+// layouts rest on: a block of rows or of columns computed alone gives the same bits as inside the
+// whole product, and 3 threads the same bits as one.
+static double sgemm_err(int ta, int tb, int M, int N, int K, float alpha, float beta,
+                        int nan_in_c) {
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    float *A = rand_array((size_t)M * K, 1.0f), *B = rand_array((size_t)K * N, 1.0f);
+    float *C = rand_array((size_t)M * N, 1.0f), *want = zeros((size_t)M * N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double sum = 0;
+            for (int k = 0; k < K; k++)
+                sum += (double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                       (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+            double c = beta == 0.0f ? 0.0 : beta * (double)C[(size_t)i * N + j];
+            want[(size_t)i * N + j] = (float)(alpha * sum + c);
+        }
+    if (nan_in_c)
+        for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+    double err = rel_to_max(C, want, (size_t)M * N);
+    free(A), free(B), free(C), free(want);
+    return err;
+}
+
+static void test_sgemm(void) {
+    const int sizes[][3] = {{37, 45, 29}, {100, 70, 600}, {30, 1600, 20}};
+    char what[96];
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++) {
+            int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+            snprintf(what, sizeof what, "sgemm %s%s %dx%dx%d, alpha 0.5, beta 0.75 vs double",
+                     t & 1 ? "A^T" : "A", t & 2 ? " B^T" : " B", M, N, K);
+            check(what, sgemm_err(t & 1, t & 2, M, N, K, 0.5f, 0.75f, 0), 1e-5);
+        }
+    check("sgemm beta 0 over a C of NaN", sgemm_err(0, 1, 37, 45, 29, 1.0f, 0.0f, 1), 1e-5);
+    check("sgemm K = 0 leaves beta * C", sgemm_err(1, 0, 37, 45, 0, 1.0f, 0.5f, 0), 0.0);
+    // rows [40, 83) and columns [33, 77) alone, against the whole 120x100x700 product
+    int M = 120, N = 100, K = 700, r0 = 40, r1 = 83, c0 = 33, c1 = 77;
+    float *A = rand_array((size_t)M * K, 1.0f), *B = rand_array((size_t)N * K, 1.0f);
+    float *whole = zeros((size_t)M * N), *rows = zeros((size_t)M * N), *cols = zeros((size_t)M * N);
+    sgemm(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, whole, N);
+    sgemm(0, 1, r1 - r0, N, K, 1.0f, A + (size_t)r0 * K, K, B, K, 0.0f, rows + (size_t)r0 * N, N);
+    sgemm(0, 1, M, c1 - c0, K, 1.0f, A, K, B + (size_t)c0 * K, K, 0.0f, cols + c0, N);
+    double rows_diff = 0, cols_diff = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double w = whole[(size_t)i * N + j];
+            if (i >= r0 && i < r1) rows_diff = fmax(rows_diff, fabs(rows[(size_t)i * N + j] - w));
+            if (j >= c0 && j < c1) cols_diff = fmax(cols_diff, fabs(cols[(size_t)i * N + j] - w));
+        }
+    check("sgemm rows [40, 83) alone = inside the whole, bit for bit", rows_diff, 0.0);
+    check("sgemm columns [33, 77) alone = inside the whole, bit for bit", cols_diff, 0.0);
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(3);
+    matmul_forward(rows, A, B, M, K, N);
+    omp_set_num_threads(threads);
+    check("matmul_forward on 3 threads = 1 thread, bit for bit", rel_to_max(rows, whole, M * N),
+          0.0);
+    free(A), free(B), free(whole), free(rows), free(cols);
+}
+#endif
 
 typedef struct {
     float *out, *wte;
@@ -622,6 +691,9 @@ static void test_elementwise_and_memory(void) {
 int main(void) {
     backend_init(0);
     test_matmul();
+#ifndef PICOTRON_GPU
+    test_sgemm();
+#endif
     test_embedding();
     test_rmsnorm();
     test_rope();

@@ -3,12 +3,12 @@
 // update, so ring attention (Liu et al.) can visit the key/value blocks one by one and plain
 // attention is the ring of one. The backward recomputes probabilities from the final lse.
 // Work goes in tiles of TILE query rows of one head: the scores of a tile, (TILE, Tk), stay in
-// cache, and the two products of a tile are GEMMs that BLIS runs near the CPU's peak.
+// cache, and the products of a tile are gemm.c's.
 #include "backend/backend.h"
 #include "backend/kernel_time.h"
 #include "backend/cpu/fast_exp.h"
+#include "backend/cpu/gemm.h"
 #include "utils.h"
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
@@ -63,6 +63,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
     size_t per_thread = (size_t)TILE * Tk + (size_t)TILE * D;
     float *scratch = scratch_floats(&forward_scratch, omp_get_max_threads() * per_thread);
+    sgemm_reserve(omp_get_max_threads());
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) scores, then probs
@@ -81,8 +82,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                     const float *kt = k + (((size_t)b * Tk + j0) * KV + h / group) * D;
                     const float *vt = v + (((size_t)b * Tk + j0) * KV + h / group) * D;
                     // p (rows, nk) = scale * q_tile @ k^T
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, D, scale, qt,
-                                H * D, kt, KV * D, 0.0f, p, nk);
+                    sgemm(0, 1, rows, nk, D, scale, qt, H * D, kt, KV * D, 0.0f, p, nk);
                     // p = exp(p - rowmax) on the keys each query sees, 0 elsewhere
                     for (int r = 0; r < rows; r++) {
                         float *pr = p + (size_t)r * nk, m = -INFINITY, sum = 0.0f;
@@ -102,8 +102,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                         tile_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
                     }
                     // o (rows, D) = p @ v, not yet divided by the row sums
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f, p, nk,
-                                vt, KV * D, 0.0f, o, D);
+                    sgemm(0, 0, rows, D, nk, 1.0f, p, nk, vt, KV * D, 0.0f, o, D);
                     // merge: lse = log(exp(lse) + exp(lse_tile)), out = weighted mean of both
                     for (int r = 0; r < rows; r++) {
                         if (tile_lse[r] == -INFINITY) continue; // leaves (out, lse) as they are
@@ -151,6 +150,7 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
     size_t per_thread = 2 * (size_t)TILE * Tk;
     float *scratch = scratch_floats(&backward_scratch, omp_get_max_threads() * per_thread);
+    sgemm_reserve(omp_get_max_threads());
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) probabilities
@@ -169,8 +169,8 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                         const float *lse_t = lse + ((size_t)b * H + h) * Tq + i0;
                         const float *delta_t = delta + ((size_t)b * H + h) * Tq + i0;
                         // forward: p = exp(scale * q @ k^T - lse) on the keys a query sees
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, D, scale,
-                                    q + qrow, H * D, k + krow, KV * D, 0.0f, p, nk);
+                        sgemm(0, 1, rows, nk, D, scale, q + qrow, H * D, k + krow, KV * D, 0.0f, p,
+                              nk);
                         for (int r = 0; r < rows; r++) {
                             float *pr = p + (size_t)r * nk;
                             // a row that saw no key at all (lse = -inf) has no gradient
@@ -181,10 +181,10 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                                 pr[j] = k_pos[j0 + j] > qp ? 0.0f : exp_approx(pr[j] - lse_r);
                         }
                         // forward: out = p @ v  =>  dv (nk, D) += p^T @ dout, dp = dout @ v^T
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, rows, 1.0f, p,
-                                    nk, dout + qrow, H * D, 1.0f, dv + krow, KV * D);
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, D, 1.0f,
-                                    dout + qrow, H * D, v + krow, KV * D, 0.0f, ds, nk);
+                        sgemm(1, 0, nk, D, rows, 1.0f, p, nk, dout + qrow, H * D, 1.0f, dv + krow,
+                              KV * D);
+                        sgemm(0, 1, rows, nk, D, 1.0f, dout + qrow, H * D, v + krow, KV * D, 0.0f,
+                              ds, nk);
                         // softmax backward: ds = p * (dp - delta), times scale for q @ k^T
                         for (int r = 0; r < rows; r++) {
                             float *dsr = ds + (size_t)r * nk;
@@ -195,10 +195,10 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                                 dsr[j] = pr[j] * (dsr[j] - delta_r) * scale;
                         }
                         // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, nk, 1.0f,
-                                    ds, nk, k + krow, KV * D, 1.0f, dq + qrow, H * D);
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, rows, 1.0f, ds,
-                                    nk, q + qrow, H * D, 1.0f, dk + krow, KV * D);
+                        sgemm(0, 0, rows, D, nk, 1.0f, ds, nk, k + krow, KV * D, 1.0f, dq + qrow,
+                              H * D);
+                        sgemm(1, 0, nk, D, rows, 1.0f, ds, nk, q + qrow, H * D, 1.0f, dk + krow,
+                              KV * D);
                     }
                 }
             }

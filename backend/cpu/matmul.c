@@ -1,40 +1,28 @@
-// A linear layer without bias through CBLAS (BLIS), weight stored as torch stores it (OC, C).
-// The threads are ours, not BLIS's: our OpenMP threads split the rows of each product and every
-// one runs single-threaded BLIS on its share. BLIS's own threads meet at barriers inside every
-// product and spin there; with anything else on a core (another rank, another program) a
-// 2-thread product of our shapes measured 2 to 20x slower than one thread, where the split keeps
-// both cores busy. Every element still sums its products in BLIS's order: the same bits as one
-// thread.
+// A linear layer without bias, weight stored as torch stores it (OC, C), through gemm.c's
+// product. The threads split the rows of each product and every one runs the product on its
+// share, with its own packed panels: no thread waits for another inside a product. (BLIS's own
+// threads meet at barriers inside every product and spin there; with anything else on a core,
+// another rank or another program, a 2-thread product of our shapes measured 2 to 20x slower
+// than one thread.) Every element sums its products in the same order whatever its row: the
+// same bits as one thread.
 #include "backend/backend.h"
 #include "backend/kernel_time.h"
-#include <cblas.h>
+#include "backend/cpu/gemm.h"
 #include <omp.h>
-#include <stdlib.h>
 #include <string.h>
 
-// BLIS picks its AVX-512 kernels only when it can count the CPU's FMA units, which virtual
-// machines hide; it then falls back to its AVX2 ones at half the speed (measured here: 62 vs
-// 140 GFLOP/s a core). An AVX-512 CPU runs the skx kernels correctly whatever that count, so
-// choose them before BLIS's first call reads the variable. A user's own BLIS_ARCH_TYPE wins.
-// BLIS_NUM_THREADS=1: BLIS starts no threads of its own (it would read OMP_NUM_THREADS).
-__attribute__((constructor)) static void choose_blis_kernels(void) {
-    if (__builtin_cpu_supports("avx512f")) setenv("BLIS_ARCH_TYPE", "skx", 0);
-    setenv("BLIS_NUM_THREADS", "1", 1);
-}
-
-#define ROW_ALIGN 32 // rows per share: a multiple of BLIS's skx micro-tile
+#define ROW_ALIGN 28 // rows per share: a multiple of gemm.c's micro-tile rows (14 or 6)
 
 // C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major, one share of the rows per
 // thread
 static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (threads == 1 || M < 2 * ROW_ALIGN) {
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    sgemm_reserve(threads);
     int share = ((M + threads - 1) / threads + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
 #pragma omp parallel for
     for (int t = 0; t < threads; t++) {
@@ -42,8 +30,8 @@ static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, con
         // row m0 of op(A): a row of A, or a column when A is stored transposed
         const float *A_rows = trans_a ? A + m0 : A + (size_t)m0 * lda;
         if (m > 0)
-            cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, A_rows, lda, B, ldb, beta,
-                        C + (size_t)m0 * ldc, ldc);
+            sgemm(trans_a, trans_b, m, N, K, alpha, A_rows, lda, B, ldb, beta, C + (size_t)m0 * ldc,
+                  ldc);
     }
 }
 

@@ -55,6 +55,9 @@ for cu in backend/cuda/*.cu; do
     mpicc $CFLAGS $renames -c -o "$OUT/cpu_$name.o" "backend/cpu/$name.c"
     cpu_objs+=("$OUT/cpu_$name.o")
 done
+# the CPU twins' matrix product (matmul.c's and attention.c's), which has no CUDA file of its own
+mpicc $CFLAGS -c -o "$OUT/cpu_gemm.o" backend/cpu/gemm.c
+cpu_objs+=("$OUT/cpu_gemm.o")
 # shellcheck disable=SC2086
 mpicc $CFLAGS -c -o "$OUT/test_kernels_vs_cpu.o" tests/gpu/test_kernels_vs_cpu.c
 mpicc -o "$OUT/test_kernels_vs_cpu" "$OUT/test_kernels_vs_cpu.o" "${cpu_objs[@]}" \
