@@ -40,7 +40,6 @@ else ifeq ($(GPU),emulate)
 else
   BACKEND_SRC = $(wildcard backend/cpu/*.c)
   BACKEND_OBJ = $(BACKEND_SRC:%.c=$(BUILD)/%.o)
-  LDLIBS   += -lblis
 endif
 
 CORE_SRC = utils.c files.c config.c data.c doremi.c model.c model_init.c model_memory.c model_table.c model_moe.c model_mamba.c moe.c mamba.c mamba_context_parallel.c expert_parallel.c optimizer.c process_group_manager.c data_parallel.c \
@@ -51,6 +50,9 @@ CORE_SRC = utils.c files.c config.c data.c doremi.c model.c model_init.c model_m
 CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+ifneq ($(GPU),)
+  BENCHES := $(filter-out %/bench_gemm,$(BENCHES)) # the CPU's products against BLIS
+endif
 
 # the programs, each its own main: ./train, ./create_config, ./prepare_data, ./generate, ./plot_loss
 PROGRAMS = $(basename $(wildcard train.c create_config.c prepare_data.c generate.c plot_loss.c))
@@ -69,6 +71,8 @@ $(BUILD)/tests/%: tests/%.c $(CORE_OBJ) $(wildcard tests/*.h)
 $(BUILD)/bench/%: bench/%.c $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
+# the CPU's products beside BLIS's, the one program that links BLIS
+$(BUILD)/bench/bench_gemm: LDLIBS += -lblis
 # the roofline estimate uses no backend, MPI or library: plain cc and libm, so it runs wherever
 # bench/gpu_bench.sh does, a GPU or none
 $(BUILD)/bench/roofline: bench/roofline.c

@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     config_load(&cfg, config_path);
     config_validate(&cfg);
     // picotron exports the config's environment section; the OpenMP runtime read
-    // OMP_NUM_THREADS before main, so it is told directly (BLIS runs inside our threads)
+    // OMP_NUM_THREADS before main, so it is told directly
     // the device first: NCCL binds each communicator to the GPU current when it is made
     int local_rank, ranks_on_node;
     node_ranks(&local_rank, &ranks_on_node);

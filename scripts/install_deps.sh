@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and running picotron.c on the CPU needs, and only what is missing:
-# gcc, make, pkg-config, MPICH (mpicc, mpirun), cJSON and BLIS (cblas.h, libblis.so), and g++ for
-# the GPU build's CPU emulator (make GPU=emulate, tests/t_81_gpu_emulated.sh).
+# gcc, make, pkg-config, MPICH (mpicc, mpirun), cJSON, and BLIS (cblas.h, libblis.so) and g++ for
+# the GPU build's CPU emulator (make GPU=emulate, tests/t_81_gpu_emulated.sh); BLIS is also
+# bench/bench_gemm.c's reference. ./train itself needs no BLIS: its products are
+# backend/cpu/gemm.c's.
 # Silent and fast when everything is present (no apt-get update then). Debian/Ubuntu only; on
 # other systems it names what to install. The CUDA toolkit and NCCL for `make GPU=1` are not
 # installed here.

@@ -250,6 +250,29 @@ static void test_rmsnorm(void) {
           fmax(doubled_err(dinp, dinp1, n), doubled_err(dw, dw1, r.C)), EXACT_TOL);
     free(r.inp), free(r.w), free(r.out), free(r.rstd), free(R), free(dinp), free(dw);
     free(dinp1), free(dw1);
+    // more rows than one block of the weight gradient's sums (300 = 4 x 64 + 44): against a
+    // double sum, and the same bits on 3 threads as on 1
+    int N = 300, C = 80, threads = omp_get_max_threads();
+    float *x = rand_array((size_t)N * C, 2.0f), *w = rand_array(C, 0.5f),
+          *d = rand_array(N * C, 1.0f);
+    float *y = zeros((size_t)N * C), *rstd = zeros(N), *dx = zeros((size_t)N * C);
+    float *dx3 = zeros((size_t)N * C), *dw_1 = zeros(C), *dw_3 = zeros(C), *want = zeros(C);
+    rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f);
+    for (int c = 0; c < C; c++) {
+        double sum = 0;
+        for (int i = 0; i < N; i++) sum += (double)d[i * C + c] * x[i * C + c] * rstd[i];
+        want[c] = (float)sum;
+    }
+    omp_set_num_threads(1);
+    rmsnorm_backward(dx, dw_1, d, x, w, rstd, N, C);
+    omp_set_num_threads(3);
+    rmsnorm_backward(dx3, dw_3, d, x, w, rstd, N, C);
+    omp_set_num_threads(threads);
+    check("rmsnorm dweight over 300 rows vs double", rel_to_max(dw_1, want, C), 1e-5);
+    check("rmsnorm backward on 3 threads = 1 thread, bit for bit",
+          fmax(rel_to_max(dx3, dx, (size_t)N * C), rel_to_max(dw_3, dw_1, C)), 0.0);
+    free(x), free(w), free(d), free(y), free(rstd), free(dx), free(dx3), free(dw_1), free(dw_3);
+    free(want);
 }
 
 typedef struct {
@@ -639,7 +662,8 @@ static void test_elementwise_and_memory(void) {
     scale_rows(x, scales, ROWS, COLS);
     err = 0.0;
     for (int i = 0; i < N; i++) // relative: the compiler may fuse the reference's product
-        err = fmax(err, fabs(x[i] - (double)x0[i] * scales[i / COLS]) / fabs(x0[i] * scales[i / COLS]));
+        err = fmax(err,
+                   fabs(x[i] - (double)x0[i] * scales[i / COLS]) / fabs(x0[i] * scales[i / COLS]));
     check("scale_rows (relative)", err, 1e-7);
     free(scales);
     free(x0);
@@ -665,7 +689,7 @@ static void test_elementwise_and_memory(void) {
            device_memory_used() / 1048576.0);
     check("device_peak_flops > 0 and the same again",
           peak > 0 && device_peak_flops(1) == peak ? 0.0 : 1.0, 0.0);
-    // The peak is one rank's (all its threads' cores): no kernel may beat it, and BLIS's GEMM,
+    // The peak is one rank's (all its threads' cores): no kernel may beat it, and gemm.c's GEMM,
     // the fastest kernel there is, must come near it (72 to 85% here). A peak off by a factor
     // (FLOPs per FMA counted once, vectors half as wide, chains the compiler merged) fails one
     // side.

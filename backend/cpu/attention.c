@@ -8,31 +8,18 @@
 #include "backend/kernel_time.h"
 #include "backend/cpu/fast_exp.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/scratch.h"
 #include "utils.h"
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 
-#define TILE 64
+// query rows per tile: a multiple of the product's micro-tile rows near 64, so that no tile of
+// the products runs cut short
+#define TILE (64 / SGEMM_MR * SGEMM_MR)
 
-// The threads' scratch, kept from call to call and grown when a larger block comes: allocating
-// it per call had the kernel clear fresh pages for every layer of every step. Grown here, outside
-// the threads, so a failing malloc can end the job.
-typedef struct {
-    float *ptr;
-    size_t n;
-} Scratch;
-static Scratch forward_scratch, backward_scratch;
-
-static float *scratch_floats(Scratch *s, size_t n) {
-    if (n > s->n) {
-        free(s->ptr);
-        s->ptr = xmalloc(n * sizeof(float));
-        s->n = n;
-    }
-    return s->ptr;
-}
+static Scratch forward_scratch, backward_scratch; // the threads' tiles and packed keys
 
 // The keys [*j0, *j1) hold every key that some query of the tile sees: with ordered positions
 // the future of the tile is skipped, which halves the work of a causal block.
@@ -42,6 +29,14 @@ static void visible_keys(int *j0, int *j1, const int *q_pos, int rows, const int
     *j0 = 0, *j1 = Tk;
     while (*j0 < Tk && k_pos[*j0] > last) (*j0)++;
     while (*j1 > *j0 && k_pos[*j1 - 1] > last) (*j1)--;
+}
+
+// The keys a tile's products run over: [0, j1) and on to a whole tile of the product's columns.
+// With ordered positions j0 is 0; a key before j0 or from j1 on is masked, its probability
+// exactly 0, and computing it in a tile the product runs anyway costs nothing.
+static int visible_width(int j1, int Tk) {
+    int whole = (j1 + SGEMM_NR - 1) / SGEMM_NR * SGEMM_NR;
+    return whole < Tk ? whole : Tk;
 }
 
 // the (query, key) pairs a causal block computes: key position at most the query's (for the
@@ -55,66 +50,73 @@ static double visible_pairs(const int *q_pos, const int *k_pos, int Tq, int Tk) 
 
 // q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos (Tq), k_pos (Tk)  out: (B, Tq, H, D)
 // lse: (B, H, Tq), both running values merged with this block's softmax
+// Parallel over (batch, kv head): the keys and values of one are packed for the products once,
+// and serve every tile of every query head that shares them.
 void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
                              const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
                              int KV, int D) {
     KERNEL_TIME(KT_ATTENTION, 4.0 * D * B * H * visible_pairs(q_pos, k_pos, Tq, Tk), 0);
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
-    size_t per_thread = (size_t)TILE * Tk + (size_t)TILE * D;
+    size_t packed = sgemm_packed_floats(D, Tk) + sgemm_packed_floats(Tk, D);
+    size_t per_thread = (size_t)TILE * Tk + (size_t)TILE * D + packed;
     float *scratch = scratch_floats(&forward_scratch, omp_get_max_threads() * per_thread);
     sgemm_reserve(omp_get_max_threads());
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) scores, then probs
         float *o = p + (size_t)TILE * Tk;                       // (TILE, D) this block's output
+        SgemmPacked kT = {o + (size_t)TILE * D, D, Tk};         // k^T (D, Tk)
+        SgemmPacked vp = {kT.panels + sgemm_packed_floats(D, Tk), Tk, D}; // v (Tk, D)
         float tile_lse[TILE], tile_sum[TILE];
-        // tiles further down a causal block see more keys: hand them out one at a time
-#pragma omp for collapse(3) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++) {
-            for (int h = 0; h < H; h++) {
-                for (int tile = 0; tile < tiles; tile++) {
-                    int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
-                    visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
-                    if (j0 == j1) continue; // the whole block is in this tile's future
-                    int nk = j1 - j0;
-                    const float *qt = q + (((size_t)b * Tq + i0) * H + h) * D;
-                    const float *kt = k + (((size_t)b * Tk + j0) * KV + h / group) * D;
-                    const float *vt = v + (((size_t)b * Tk + j0) * KV + h / group) * D;
-                    // p (rows, nk) = scale * q_tile @ k^T
-                    sgemm(0, 1, rows, nk, D, scale, qt, H * D, kt, KV * D, 0.0f, p, nk);
-                    // p = exp(p - rowmax) on the keys each query sees, 0 elsewhere
-                    for (int r = 0; r < rows; r++) {
-                        float *pr = p + (size_t)r * nk, m = -INFINITY, sum = 0.0f;
-                        int qp = q_pos[i0 + r];
+            for (int g = 0; g < KV; g++) {
+                sgemm_pack(kT, 1, k + ((size_t)b * Tk * KV + g) * D, KV * D);
+                sgemm_pack(vp, 0, v + ((size_t)b * Tk * KV + g) * D, KV * D);
+                for (int h = g * group; h < (g + 1) * group; h++) {
+                    for (int tile = 0; tile < tiles; tile++) {
+                        int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
+                        visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
+                        if (j0 == j1) continue; // the whole block is in this tile's future
+                        int nk = visible_width(j1, Tk);
+                        const float *qt = q + (((size_t)b * Tq + i0) * H + h) * D;
+                        // p (rows, nk) = scale * q_tile @ k^T
+                        sgemm_packed(0, rows, nk, D, scale, qt, H * D, kT, 0.0f, p, nk);
+                        // p = exp(p - rowmax) on the keys each query sees, 0 elsewhere
+                        for (int r = 0; r < rows; r++) {
+                            float *pr = p + (size_t)r * nk, m = -INFINITY, sum = 0.0f;
+                            int qp = q_pos[i0 + r];
 #pragma omp simd reduction(max : m)
-                        for (int j = 0; j < nk; j++) {
-                            pr[j] = k_pos[j0 + j] > qp ? -INFINITY : pr[j];
-                            m = pr[j] > m ? pr[j] : m;
-                        }
-                        if (m == -INFINITY) m = 0.0f; // no key for this row: all p are 0
+                            for (int j = 0; j < nk; j++) {
+                                pr[j] = k_pos[j] > qp ? -INFINITY : pr[j];
+                                m = pr[j] > m ? pr[j] : m;
+                            }
+                            if (m == -INFINITY) m = 0.0f; // no key for this row: all p are 0
 #pragma omp simd reduction(+ : sum)
-                        for (int j = 0; j < nk; j++) {
-                            pr[j] = exp_approx(pr[j] - m);
-                            sum += pr[j];
+                            for (int j = 0; j < nk; j++) {
+                                pr[j] = exp_approx(pr[j] - m);
+                                sum += pr[j];
+                            }
+                            tile_sum[r] = sum;
+                            tile_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
                         }
-                        tile_sum[r] = sum;
-                        tile_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
-                    }
-                    // o (rows, D) = p @ v, not yet divided by the row sums
-                    sgemm(0, 0, rows, D, nk, 1.0f, p, nk, vt, KV * D, 0.0f, o, D);
-                    // merge: lse = log(exp(lse) + exp(lse_tile)), out = weighted mean of both
-                    for (int r = 0; r < rows; r++) {
-                        if (tile_lse[r] == -INFINITY) continue; // leaves (out, lse) as they are
-                        float *lse_i = lse + ((size_t)b * H + h) * Tq + i0 + r;
-                        float top = fmaxf(*lse_i, tile_lse[r]);
-                        float lse_new = top + logf(expf(*lse_i - top) + expf(tile_lse[r] - top));
-                        float w_old = expf(*lse_i - lse_new); // 0 while lse = -inf
-                        float w_new = expf(tile_lse[r] - lse_new) / tile_sum[r];
-                        float *oi = out + (((size_t)b * Tq + i0 + r) * H + h) * D;
-                        const float *o_r = o + (size_t)r * D;
-                        for (int d = 0; d < D; d++) oi[d] = oi[d] * w_old + o_r[d] * w_new;
-                        *lse_i = lse_new;
+                        // o (rows, D) = p @ v, not yet divided by the row sums
+                        sgemm_packed(0, rows, D, nk, 1.0f, p, nk, vp, 0.0f, o, D);
+                        // merge: lse = log(exp(lse) + exp(lse_tile)), out = weighted mean of both
+                        for (int r = 0; r < rows; r++) {
+                            if (tile_lse[r] == -INFINITY) continue; // leaves (out, lse) as is
+                            float *lse_i = lse + ((size_t)b * H + h) * Tq + i0 + r;
+                            float top = fmaxf(*lse_i, tile_lse[r]);
+                            float lse_new =
+                                top + logf(expf(*lse_i - top) + expf(tile_lse[r] - top));
+                            float w_old = expf(*lse_i - lse_new); // 0 while lse = -inf
+                            float w_new = expf(tile_lse[r] - lse_new) / tile_sum[r];
+                            float *oi = out + (((size_t)b * Tq + i0 + r) * H + h) * D;
+                            const float *o_r = o + (size_t)r * D;
+                            for (int d = 0; d < D; d++) oi[d] = oi[d] * w_old + o_r[d] * w_new;
+                            *lse_i = lse_new;
+                        }
                     }
                 }
             }
@@ -140,7 +142,8 @@ void attention_backward_delta(float *delta, const float *dout, const float *out,
 }
 
 // Parallel over (batch, kv head): the query heads that share a kv head all add into its dk, dv,
-// so they run on one thread; dq rows of different kv heads never overlap.
+// so they run on one thread; dq rows of different kv heads never overlap. The keys and values
+// are packed once for the products that read them whole.
 void attention_backward_block(float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *lse, const float *delta,
                               const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
@@ -148,29 +151,35 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
     KERNEL_TIME(KT_ATTENTION, 8.0 * D * B * H * visible_pairs(q_pos, k_pos, Tq, Tk), 0);
     float scale = 1.0f / sqrtf((float)D);
     int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
-    size_t per_thread = 2 * (size_t)TILE * Tk;
+    size_t packed = 2 * sgemm_packed_floats(D, Tk) + sgemm_packed_floats(Tk, D);
+    size_t per_thread = 2 * (size_t)TILE * Tk + packed;
     float *scratch = scratch_floats(&backward_scratch, omp_get_max_threads() * per_thread);
     sgemm_reserve(omp_get_max_threads());
 #pragma omp parallel
     {
         float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) probabilities
         float *ds = p + (size_t)TILE * Tk;                      // (TILE, Tk) score gradients
+        SgemmPacked kT = {ds + (size_t)TILE * Tk, D, Tk};       // k^T (D, Tk)
+        SgemmPacked vT = {kT.panels + sgemm_packed_floats(D, Tk), D, Tk}; // v^T (D, Tk)
+        SgemmPacked kp = {vT.panels + sgemm_packed_floats(D, Tk), Tk, D}; // k (Tk, D)
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++) {
             for (int g = 0; g < KV; g++) {
+                size_t kv0 = ((size_t)b * Tk * KV + g) * D; // key 0 of this kv head
+                sgemm_pack(kT, 1, k + kv0, KV * D);
+                sgemm_pack(vT, 1, v + kv0, KV * D);
+                sgemm_pack(kp, 0, k + kv0, KV * D);
                 for (int h = g * group; h < (g + 1) * group; h++) {
                     for (int tile = 0; tile < tiles; tile++) {
                         int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
                         visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
                         if (j0 == j1) continue;
-                        int nk = j1 - j0;
+                        int nk = visible_width(j1, Tk);
                         size_t qrow = (((size_t)b * Tq + i0) * H + h) * D;
-                        size_t krow = (((size_t)b * Tk + j0) * KV + g) * D;
                         const float *lse_t = lse + ((size_t)b * H + h) * Tq + i0;
                         const float *delta_t = delta + ((size_t)b * H + h) * Tq + i0;
                         // forward: p = exp(scale * q @ k^T - lse) on the keys a query sees
-                        sgemm(0, 1, rows, nk, D, scale, q + qrow, H * D, k + krow, KV * D, 0.0f, p,
-                              nk);
+                        sgemm_packed(0, rows, nk, D, scale, q + qrow, H * D, kT, 0.0f, p, nk);
                         for (int r = 0; r < rows; r++) {
                             float *pr = p + (size_t)r * nk;
                             // a row that saw no key at all (lse = -inf) has no gradient
@@ -178,13 +187,12 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                             int qp = lse_r > -INFINITY ? q_pos[i0 + r] : INT_MIN;
 #pragma omp simd
                             for (int j = 0; j < nk; j++)
-                                pr[j] = k_pos[j0 + j] > qp ? 0.0f : exp_approx(pr[j] - lse_r);
+                                pr[j] = k_pos[j] > qp ? 0.0f : exp_approx(pr[j] - lse_r);
                         }
                         // forward: out = p @ v  =>  dv (nk, D) += p^T @ dout, dp = dout @ v^T
-                        sgemm(1, 0, nk, D, rows, 1.0f, p, nk, dout + qrow, H * D, 1.0f, dv + krow,
+                        sgemm(1, 0, nk, D, rows, 1.0f, p, nk, dout + qrow, H * D, 1.0f, dv + kv0,
                               KV * D);
-                        sgemm(0, 1, rows, nk, D, 1.0f, dout + qrow, H * D, v + krow, KV * D, 0.0f,
-                              ds, nk);
+                        sgemm_packed(0, rows, nk, D, 1.0f, dout + qrow, H * D, vT, 0.0f, ds, nk);
                         // softmax backward: ds = p * (dp - delta), times scale for q @ k^T
                         for (int r = 0; r < rows; r++) {
                             float *dsr = ds + (size_t)r * nk;
@@ -195,9 +203,8 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                                 dsr[j] = pr[j] * (dsr[j] - delta_r) * scale;
                         }
                         // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
-                        sgemm(0, 0, rows, D, nk, 1.0f, ds, nk, k + krow, KV * D, 1.0f, dq + qrow,
-                              H * D);
-                        sgemm(1, 0, nk, D, rows, 1.0f, ds, nk, q + qrow, H * D, 1.0f, dk + krow,
+                        sgemm_packed(0, rows, D, nk, 1.0f, ds, nk, kp, 1.0f, dq + qrow, H * D);
+                        sgemm(1, 0, nk, D, rows, 1.0f, ds, nk, q + qrow, H * D, 1.0f, dk + kv0,
                               KV * D);
                     }
                 }

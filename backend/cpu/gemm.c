@@ -17,18 +17,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+// MR (gemm.h's SGEMM_MR): 28 accumulators and B's two vectors in AVX-512's 32 registers, 12 and
+// two in AVX2's (or SSE's) 16
+#define MR SGEMM_MR
 #if defined(__AVX512F__)
 typedef float FloatVector __attribute__((vector_size(64)));
-#define MR 14 // 28 accumulators and B's two vectors in AVX-512's 32 registers
 #elif defined(__AVX__)
 typedef float FloatVector __attribute__((vector_size(32)));
-#define MR 6 // 12 accumulators and B's two vectors in AVX2's 16 registers
 #else
 typedef float FloatVector __attribute__((vector_size(16)));
-#define MR 6
 #endif
 #define LANES (int)(sizeof(FloatVector) / sizeof(float))
-#define NR    (2 * LANES)
+#define NR    SGEMM_NR // two vectors
+_Static_assert(SGEMM_NR == 2 * LANES, "gemm.h's SGEMM_NR is two of this build's vectors");
 // measured on the EPYC above (bench/bench_gemm.sh): KC 512 beat 256 and 384 by 5-10%
 #define KC           512
 #define MC           84 // a multiple of both MRs
@@ -119,13 +120,16 @@ static void pack_b(float *dst, int trans_b, const float *B, int ldb, int k0, int
     for (int jp = 0; jp < nc; jp += NR) {
         float *panel = dst + (size_t)jp * kc;
         int nr = nc - jp < NR ? nc - jp : NR;
-        if (trans_b) { // column j of op(B) is row j of B
-            for (int j = 0; j < NR; j++) {
-                const float *src = B + (size_t)(j0 + jp + j) * ldb + k0;
-                if (j < nr)
-                    for (int k = 0; k < kc; k++) panel[(size_t)k * NR + j] = src[k];
+        if (trans_b) { // column j of op(B) is row j of B: NR rows read side by side, so that
+                       // the panel is written in order (written along its columns, it measured
+                       // several times slower: each store a cache line of its own)
+            const float *src = B + (size_t)(j0 + jp) * ldb + k0;
+            for (int k = 0; k < kc; k++) {
+                float *d = panel + (size_t)k * NR;
+                if (nr == NR)
+                    for (int j = 0; j < NR; j++) d[j] = src[(size_t)j * ldb + k];
                 else
-                    for (int k = 0; k < kc; k++) panel[(size_t)k * NR + j] = 0.0f;
+                    for (int j = 0; j < NR; j++) d[j] = j < nr ? src[(size_t)j * ldb + k] : 0.0f;
             }
         }
     }
@@ -167,50 +171,104 @@ static void pack_a(float *dst, int trans_a, const float *A, int lda, int i0, int
     }
 }
 
-void sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-           const float *B, int ldb, float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) { // an empty sum: C = beta * C
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++)
-                C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
-        return;
-    }
+// this thread's packed panels: A's (MC, KC), then B's (KC, NC)
+static float *thread_panels(void) {
     int thread = omp_in_parallel() ? omp_get_thread_num() : 0;
     if (!omp_in_parallel()) sgemm_reserve(1);
     if (thread >= panel_threads)
         FAIL("call sgemm_reserve(threads) before the parallel region",
              "thread %d has no GEMM panels", thread);
-    float *a_panels = panels + thread * PANEL_FLOATS, *b_panels = a_panels + (size_t)MC * KC;
+    return panels + thread * PANEL_FLOATS;
+}
+
+// C (M, nc) = beta * C + alpha * op(A) (M, kc) from A's column pc @ b (kc, nc): b's panels of NR
+// columns lie panel_floats apart, kc rows of each read. The loops over A's blocks and C's tiles.
+static void block_product(float *C, int ldc, int trans_a, const float *A, int lda, int M, int pc,
+                          int kc, const float *b_panels, size_t panel_floats, int nc, float alpha,
+                          float beta, float *a_panels) {
+    for (int ic = 0; ic < M; ic += MC) {
+        int mc = M - ic < MC ? M - ic : MC;
+        pack_a(a_panels, trans_a, A, lda, ic, pc, mc, kc);
+        for (int jp = 0; jp < nc; jp += NR) {
+            const float *b = b_panels + (size_t)(jp / NR) * panel_floats;
+            int nr = nc - jp < NR ? nc - jp : NR;
+            for (int ip = 0; ip < mc; ip += MR) {
+                float *c = C + (size_t)(ic + ip) * ldc + jp;
+                int mr = mc - ip < MR ? mc - ip : MR;
+                const float *packed = a_panels + (size_t)ip * kc;
+                const float *rows = A + (size_t)(ic + ip) * lda + pc;
+                int is_packed = trans_a || mr < MR; // as pack_a packs
+                if (mr < MR || nr < NR)
+                    kernel_edge(c, ldc, mr, nr, is_packed ? packed : rows, is_packed ? 1 : lda,
+                                is_packed ? MR : 1, b, kc, alpha, beta);
+                else if (is_packed)
+                    kernel_packed(c, ldc, packed, b, kc, alpha, beta);
+                else
+                    kernel_rows(c, ldc, rows, lda, b, kc, alpha, beta);
+            }
+        }
+    }
+}
+
+// an empty sum: C = beta * C
+static void scale(float *C, int ldc, int M, int N, float beta) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++)
+            C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+}
+
+void sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+           const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) return scale(C, ldc, M, N, beta);
+    float *a_panels = thread_panels(), *b_panels = a_panels + (size_t)MC * KC;
     for (int jc = 0; jc < N; jc += NC) {
         int nc = N - jc < NC ? N - jc : NC;
         for (int pc = 0; pc < K; pc += KC) {
             int kc = K - pc < KC ? K - pc : KC;
-            float beta_pc = pc == 0 ? beta : 1.0f; // later passes add to the first
             pack_b(b_panels, trans_b, B, ldb, pc, jc, kc, nc);
-            for (int ic = 0; ic < M; ic += MC) {
-                int mc = M - ic < MC ? M - ic : MC;
-                pack_a(a_panels, trans_a, A, lda, ic, pc, mc, kc);
-                for (int jp = 0; jp < nc; jp += NR) {
-                    const float *b = b_panels + (size_t)jp * kc;
-                    int nr = nc - jp < NR ? nc - jp : NR;
-                    for (int ip = 0; ip < mc; ip += MR) {
-                        float *c = C + (size_t)(ic + ip) * ldc + jc + jp;
-                        int mr = mc - ip < MR ? mc - ip : MR;
-                        const float *packed = a_panels + (size_t)ip * kc;
-                        const float *rows = A + (size_t)(ic + ip) * lda + pc;
-                        int is_packed = trans_a || mr < MR; // as pack_a packs
-                        if (mr < MR || nr < NR)
-                            kernel_edge(c, ldc, mr, nr, is_packed ? packed : rows,
-                                        is_packed ? 1 : lda, is_packed ? MR : 1, b, kc, alpha,
-                                        beta_pc);
-                        else if (is_packed)
-                            kernel_packed(c, ldc, packed, b, kc, alpha, beta_pc);
-                        else
-                            kernel_rows(c, ldc, rows, lda, b, kc, alpha, beta_pc);
-                    }
-                }
-            }
+            // later passes over K add to the first
+            block_product(C + jc, ldc, trans_a, A, lda, M, pc, kc, b_panels, (size_t)kc * NR, nc,
+                          alpha, pc == 0 ? beta : 1.0f, a_panels);
+        }
+    }
+}
+
+// A packed B's layout: blocks of NC columns; in each, blocks of KC rows; in each, the panels of
+// NR columns, (kc, NR) each, as sgemm packs them for one pass. Block (jc, pc) starts after the
+// jc columns before it (K rows each) and the pc rows of its own columns.
+static size_t round_up(size_t n, size_t to) {
+    return (n + to - 1) / to * to;
+}
+static const float *packed_block(SgemmPacked b, int jc, int pc) {
+    size_t columns = round_up(b.N - jc < NC ? b.N - jc : NC, NR);
+    return b.panels + (size_t)jc * b.K + (size_t)pc * columns;
+}
+
+size_t sgemm_packed_floats(int K, int N) {
+    return (size_t)K * round_up(N, NR);
+}
+
+void sgemm_pack(SgemmPacked b, int trans_b, const float *B, int ldb) {
+    for (int jc = 0; jc < b.N; jc += NC)
+        for (int pc = 0; pc < b.K; pc += KC)
+            pack_b((float *)packed_block(b, jc, pc), trans_b, B, ldb, pc, jc,
+                   b.K - pc < KC ? b.K - pc : KC, b.N - jc < NC ? b.N - jc : NC);
+}
+
+void sgemm_packed(int trans_a, int M, int N, int K, float alpha, const float *A, int lda,
+                  SgemmPacked b, float beta, float *C, int ldc) {
+    if (K > b.K || N > b.N)
+        FAIL("", "sgemm_packed: a (%d, %d) product of a packed (%d, %d)", K, N, b.K, b.N);
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) return scale(C, ldc, M, N, beta);
+    float *a_panels = thread_panels();
+    for (int jc = 0; jc < N; jc += NC) {
+        int nc = N - jc < NC ? N - jc : NC;
+        for (int pc = 0; pc < K; pc += KC) {
+            int packed_kc = b.K - pc < KC ? b.K - pc : KC, kc = K - pc < KC ? K - pc : KC;
+            block_product(C + jc, ldc, trans_a, A, lda, M, pc, kc, packed_block(b, jc, pc),
+                          (size_t)packed_kc * NR, nc, alpha, pc == 0 ? beta : 1.0f, a_panels);
         }
     }
 }

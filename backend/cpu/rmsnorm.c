@@ -1,9 +1,13 @@
 // RMSNorm over the last dimension, as Llama uses it (no mean subtraction, no bias).
 #include "backend/backend.h"
 #include "backend/kernel_time.h"
+#include "backend/cpu/scratch.h"
 #include <math.h>
 
-#define COL_CHUNK 64 // columns per thread in the weight gradient: rows stay contiguous
+#define ROW_BLOCK 64 // rows whose terms of the weight gradient are summed together
+#define COL_CHUNK 64 // columns per thread in the sum of the blocks: rows stay contiguous
+
+static Scratch partial_scratch; // the blocks' sums of the weight gradient
 
 // out, inp: (N, C)  weight: (C)  rstd: (N), saved for the backward
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
@@ -24,31 +28,37 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
 
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                       const float *weight, const float *rstd, int N, int C) {
-    KERNEL_TIME(KT_ELEMENTWISE, 0, 16.0 * N * C);
+    KERNEL_TIME(KT_ELEMENTWISE, 0, 12.0 * N * C);
     // forward: out = inp * rstd * weight, rstd = (mean(inp^2) + eps)^(-1/2)
     // dinp = rstd * dout * weight - inp * rstd^3 / C * sum_c(dout * weight * inp)
+    // dweight += sum_n dout * inp * rstd, summed by blocks of ROW_BLOCK rows while the rows are
+    // read for dinp, then the blocks in order: the same bits on any number of threads, and the
+    // rows read once (a second pass over them cost as much as the first)
+    int blocks = (N + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *partial = scratch_floats(&partial_scratch, (size_t)blocks * C); // (blocks, C)
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        const float *d = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float r = rstd[n];
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int c = 0; c < C; c++) dot += d[c] * weight[c] * x[c];
-        float k = dot * r * r * r / C;
-        for (int c = 0; c < C; c++) dx[c] += r * d[c] * weight[c] - k * x[c];
-    }
-    // forward: out = inp * rstd * weight  =>  dweight += sum_n dout * inp * rstd
-    // parallel over column chunks: a loop over rows would race on dweight
-    int chunks = (C + COL_CHUNK - 1) / COL_CHUNK;
-#pragma omp parallel for
-    for (int chunk = 0; chunk < chunks; chunk++) {
-        int c0 = chunk * COL_CHUNK, c1 = c0 + COL_CHUNK < C ? c0 + COL_CHUNK : C;
-        for (int n = 0; n < N; n++) {
+    for (int blk = 0; blk < blocks; blk++) {
+        float *pw = partial + (size_t)blk * C;
+        for (int c = 0; c < C; c++) pw[c] = 0.0f;
+        int n1 = (blk + 1) * ROW_BLOCK < N ? (blk + 1) * ROW_BLOCK : N;
+        for (int n = blk * ROW_BLOCK; n < n1; n++) {
             const float *x = inp + (size_t)n * C;
             const float *d = dout + (size_t)n * C;
-            for (int c = c0; c < c1; c++) dweight[c] += d[c] * x[c] * rstd[n];
+            float *dx = dinp + (size_t)n * C;
+            float r = rstd[n];
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int c = 0; c < C; c++) dot += d[c] * weight[c] * x[c];
+            float k = dot * r * r * r / C;
+            for (int c = 0; c < C; c++) {
+                dx[c] += r * d[c] * weight[c] - k * x[c];
+                pw[c] += d[c] * x[c] * r;
+            }
         }
     }
+#pragma omp parallel for
+    for (int c0 = 0; c0 < C; c0 += COL_CHUNK)
+        for (int blk = 0; blk < blocks; blk++)
+            for (int c = c0; c < C && c < c0 + COL_CHUNK; c++)
+                dweight[c] += partial[(size_t)blk * C + c];
 }
