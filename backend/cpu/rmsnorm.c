@@ -1,6 +1,7 @@
 // RMSNorm over the last dimension, as Llama uses it (no mean subtraction, no bias).
 #include "backend/backend.h"
 #include "backend/kernel_time.h"
+#include "backend/cpu/lanes.h"
 #include "backend/cpu/scratch.h"
 #include <math.h>
 
@@ -17,9 +18,12 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float lane[SUM_LANES] = {0}; // sum_c x^2, in lanes.h's fixed lanes
+        int c = 0;
+        for (; c + SUM_LANES <= C; c += SUM_LANES)
+            for (int l = 0; l < SUM_LANES; l++) lane[l] += x[c + l] * x[c + l];
+        for (; c < C; c++) lane[c % SUM_LANES] += x[c] * x[c];
+        float ss = sum_lanes(lane);
         float r = 1.0f / sqrtf(ss / C + eps);
         for (int c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
         rstd[n] = r;
@@ -46,9 +50,12 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
             const float *d = dout + (size_t)n * C;
             float *dx = dinp + (size_t)n * C;
             float r = rstd[n];
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int c = 0; c < C; c++) dot += d[c] * weight[c] * x[c];
+            float lane[SUM_LANES] = {0}; // sum_c d * weight * x, in fixed lanes
+            int c = 0;
+            for (; c + SUM_LANES <= C; c += SUM_LANES)
+                for (int l = 0; l < SUM_LANES; l++) lane[l] += d[c + l] * weight[c + l] * x[c + l];
+            for (; c < C; c++) lane[c % SUM_LANES] += d[c] * weight[c] * x[c];
+            float dot = sum_lanes(lane);
             float k = dot * r * r * r / C;
             for (int c = 0; c < C; c++) {
                 dx[c] += r * d[c] * weight[c] - k * x[c];
