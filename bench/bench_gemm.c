@@ -53,6 +53,7 @@ int main(int argc, char **argv) {
     // counts FMA units to decide, which virtual machines hide); 0 is skx in BLIS 0.9's list
     if (__builtin_cpu_supports("avx512f")) setenv("BLIS_ARCH_TYPE", "0", 0);
     setenv("BLIS_NUM_THREADS", "1", 1);
+    bli_init(); // reads the two variables; bli_arch_query_id needs it
     double peak = device_peak_flops(1);
     printf("%d thread(s), FMA peak %.1f GFLOP/s; %d tokens; gemm.c tiles %dx%d; BLIS %s kernels\n",
            omp_get_max_threads(), peak * 1e-9, N, SGEMM_MR, SGEMM_NR,
@@ -60,7 +61,7 @@ int main(int argc, char **argv) {
     Layer layers[] = {{"q_proj, o_proj", C, C},     {"k_proj, v_proj", KV, C},
                       {"gate_proj, up_proj", I, C}, {"down_proj", C, I},
                       {"lm_head", V, C}};
-    printf("%-20s %-8s %12s %9s %12s %9s %9s\n", "layer (OC x C)", "product", "gemm.c GF/s",
+    printf("%-30s %-8s %12s %9s %12s %9s %9s\n", "layer (OC x C)", "product", "gemm.c GF/s",
            "of peak", "BLIS GF/s", "of peak", "ratio");
     double total[2] = {0, 0}, flops_all = 0;
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
@@ -85,13 +86,13 @@ int main(int argc, char **argv) {
             total[0] += best[0], total[1] += best[1], flops_all += flops;
             char shape[32];
             snprintf(shape, sizeof shape, "%s (%dx%d)", layers[l].name, OC, IC);
-            printf("%-20s %-8s %12.1f %8.1f%% %12.1f %8.1f%% %9.2f\n", p == 0 ? shape : "",
+            printf("%-30s %-8s %12.1f %8.1f%% %12.1f %8.1f%% %9.2f\n", p == 0 ? shape : "",
                    names[p], flops / best[0] * 1e-9, 100 * flops / best[0] / peak,
                    flops / best[1] * 1e-9, 100 * flops / best[1] / peak, best[1] / best[0]);
         }
         free(x), free(w), free(y), free(dx), free(dw);
     }
-    printf("%-29s %12.1f %8.1f%% %12.1f %8.1f%% %9.2f\n", "all (one of each product)",
+    printf("%-39s %12.1f %8.1f%% %12.1f %8.1f%% %9.2f\n", "all (one of each product)",
            flops_all / total[0] * 1e-9, 100 * flops_all / total[0] / peak,
            flops_all / total[1] * 1e-9, 100 * flops_all / total[1] / peak, total[1] / total[0]);
     return 0;

@@ -41,13 +41,9 @@ print("PyTorch %s, transformers %s, BLAS %s %s, CPU capability %s" % (
     mkl.group(1) if mkl else "", torch.backends.cpu.get_cpu_capability()))
 PY
 if [ -x ./train ]; then
-    blis=$(ldd ./train | awk '/libblis/ {print $3}')
-    # the sub-configuration BLIS picks on this CPU, as BLIS itself reports it (a product through
-    # the same library: bench_mamba's smallest mixer)
-    kernels=$(BLIS_ARCH_DEBUG=1 OMP_NUM_THREADS=1 build/bench/bench_mamba 1 4 8 8 2 2 2 1 2>&1 |
-              sed -n "s/.*selecting sub-configuration '\([^']*\)'.*/\1/p" | head -n 1)
-    echo "./train: BLIS $(dpkg-query -W -f='${Version}' libblis4 2>/dev/null || echo '?')" \
-         "($(readlink -f "$blis")), kernels: ${kernels:-?} (BLIS's choice on this CPU)," \
+    # gemm.c's vectors are the widest -march=native allows (the Makefile's default OPT)
+    width=$(grep -q avx512f /proc/cpuinfo && echo "AVX-512, 14x32 tiles" || echo "AVX2, 6x16 tiles")
+    echo "./train: products backend/cpu/gemm.c ($width, if built with -march=native here)," \
          "threads: ours (backend/cpu/matmul.c)"
 fi
 have_c=1
