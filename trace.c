@@ -618,12 +618,10 @@ void trace_finish(const RankMemory *memory, double dp_overlap, const char *dp_mo
     ProcessGroupManager *pgm = tr.pgm;
     fflush(stdout); // this rank's last lines go out before rank 0's report
     int ranks = pgm->world_size, me = pgm->global_rank;
-    if (me == 0 && getenv("PICOTRON_KERNEL_TIME")) { // before the report's collectives
-        int local_rank, ranks_on_node;
-        node_ranks(&local_rank, &ranks_on_node);
-        kernel_time_report(stdout, tr.steps_begun, tr.step_seconds,
-                           device_peak_flops(ranks_on_node));
-    }
+    // a kernel runs on this rank's threads alone (ranks sharing a core take turns), so its limit
+    // is their whole peak, not the rank's share that MFU counts
+    if (me == 0 && getenv("PICOTRON_KERNEL_TIME")) // before the report's collectives
+        kernel_time_report(stdout, tr.steps_begun, tr.step_seconds, device_peak_flops(1));
     RankReport mine = this_rank_report(memory, dp_overlap);
     RankReport *all = me == 0 ? xmalloc(ranks * sizeof(RankReport)) : NULL;
     gather_bytes(all, &mine, sizeof mine, NULL, NULL, 0);

@@ -13,7 +13,10 @@
 #  5. a logging.trace that cannot be written is one line naming the key, before step 1, and so is
 #     its picture (trace.svg a folder); a write that fails at the end (each file a link to
 #     /dev/full, a full disk) ends the job, exit 1, with one line naming the file;
-#  6. the report's memory table (from the shapes) is 95-100% of the allocator's own peak.
+#  6. the report's memory table (from the shapes) is 95-100% of the allocator's own peak;
+#  7. PICOTRON_KERNEL_TIME=1 on the multi-rank run 1 ends (rank 0 once asked the node's ranks
+#     alone, and the job hung until the watchdog) and rank 0's GEMM FLOPs per step (GFLOP/s x
+#     ms/step) equal 6 x its layers' linear weights x its tokens, counted here from the shapes.
 # The trace's times and the bubble depend on the machine: 8 ranks on 2 cores share them, which is
 # why the bubble is compared with a tolerance (measured 0.45-0.47 here against 0.429).
 cd "$(dirname "$0")/.." || exit 1
@@ -46,7 +49,7 @@ train() { # NAME RANKS
 config dp2_pp2 '"dp_size": 2, "pp_size": 2, "pp_engine": "1f1b", "bucket_size_mb": 1' '' \
     '"total_train_steps": 3, "seq_length": 64, "micro_batch_size": 2, "gradient_accumulation_steps": 4' \
     "\"trace\": \"$dir/dp2_pp2/trace.json\", \"trace_steps\": 3"
-train dp2_pp2 4
+PICOTRON_KERNEL_TIME=1 train dp2_pp2 4
 config tp2_cp2 '"tp_size": 2, "cp_size": 2' '' \
     '"total_train_steps": 2, "seq_length": 64, "micro_batch_size": 2, "gradient_accumulation_steps": 2'
 train tp2_cp2 4
@@ -163,6 +166,16 @@ for name in ("dp2_pp2", "tp2_cp2", "afab_m4", "afab_m8", "dp_naive", "dp_buckete
     check(MEMORY_LOW <= low and high <= 100.0,
           f"{name}: the memory table is {low}-{high}% of the allocator's peak "
           f"(at least {MEMORY_LOW}%, at most all of it)")
+
+# 7. the kernel table: stage 0 of pp2 holds layers 0-1; forward 2 and backward 4 FLOPs per weight
+# and token, over micro-batch 2 x seq 64 x 4 micro-batches a step
+C, I, KV_WIDTH, LAYERS, TOKENS = 128, 384, 2 * 32, 2, 2 * 64 * 4
+linear = 2 * C * C + 2 * C * KV_WIDTH + 3 * C * I
+want = 6 * linear * LAYERS * TOKENS
+row = next((l for l in open(f"{d}/dp2_pp2/log") if l.lstrip().startswith("GEMM ")), None)
+got = float(row.split()[3]) * 1e9 * float(row.split()[2]) / 1e3 if row else 0.0
+check(abs(got / want - 1) < 0.01,
+      f"kernel table: rank 0's GEMM {got / 1e9:.4f} GFLOP a step, counted {want / 1e9:.4f} (1%)")
 
 # 4. naive data parallelism: the same numbers, nothing hidden
 losses = {mode: [json.loads(l)["loss"] for l in open(f"{d}/dp_{mode}/metrics.jsonl")]
