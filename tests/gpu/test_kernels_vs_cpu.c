@@ -211,12 +211,12 @@ static void check_product_now(const char *what, float *d_out, const float *d_x, 
 // backend_step_begin.
 static void test_bf16_copies(void) {
     int N = 48, C = 64, OC = 40, D = 16;
-    size_t nx = (size_t)N * C, nw = (size_t)OC * C, nt = (size_t)N * D / 2;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, nw2 = (size_t)C * C, nt = (size_t)N * D / 2;
     float *in = random_host(nx, -1, 1), *norm_w = random_host(C, 0.5f, 1.5f);
-    float *y = random_host(nx, -1, 1), *w = random_host(nw, -1, 1), *w2 = random_host(nx, -1, 1);
+    float *y = random_host(nx, -1, 1), *w = random_host(nw, -1, 1), *w2 = random_host(nw2, -1, 1);
     float *cs = random_host(nt, -1, 1), *sn = random_host(nt, -1, 1);
     float *d_in = to_device(in, nx * 4), *d_norm_w = to_device(norm_w, C * 4);
-    float *d_y = to_device(y, nx * 4), *d_w = to_device(w, nw * 4), *d_w2 = to_device(w2, nx * 4);
+    float *d_y = to_device(y, nx * 4), *d_w = to_device(w, nw * 4), *d_w2 = to_device(w2, nw2 * 4);
     float *d_cs = to_device(cs, nt * 4), *d_sn = to_device(sn, nt * 4);
     float *d_x = device_malloc(nx * 4), *d_rstd = device_malloc(N * 4);
     float *d_out = device_malloc((size_t)N * OC * 4);
