@@ -106,11 +106,13 @@ test: deps
 # the same tests under AddressSanitizer and UndefinedBehaviorSanitizer: the sanitized binaries
 # stand in for ./train and ./create_config during the run, then go (the next make relinks)
 ASAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ASAN_OPT = -O1 -g -march=native
 test-asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -march=native" SANITIZE="$(ASAN)" \
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="$(ASAN_OPT)" SANITIZE="$(ASAN)" \
 	    $(PROGRAMS:%=build-asan/bin/%) $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
 	@cp $(PROGRAMS:%=build-asan/bin/%) .
-	@ASAN_OPTIONS=detect_leaks=0 PICOTRON_BUILD=build-asan bash tests/run_tests.sh; \
+	@ASAN_OPTIONS=detect_leaks=0 PICOTRON_BUILD=build-asan PICOTRON_OPT="$(ASAN_OPT)" \
+	    PICOTRON_SANITIZE="$(ASAN)" bash tests/run_tests.sh; \
 	    status=$$?; rm -f $(PROGRAMS); exit $$status
 
 format:

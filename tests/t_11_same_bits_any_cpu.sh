@@ -7,15 +7,19 @@
 # through lanes.h's fixed lanes, AdamW rounds each operation on its own. On a CPU without AVX-512
 # both builds use the same vectors, and the comparison says so.
 cd "$(dirname "$0")/.." || exit 1
-[ -x ./train ] && [ -x ./create_config ] && [ -x build/tests/tool_compare_checkpoints ] ||
-    { echo "./train, ./create_config or build/tests/tool_compare_checkpoints is missing: run make"; exit 1; }
+compare=${PICOTRON_BUILD:-build}/tests/tool_compare_checkpoints
+[ -x ./train ] && [ -x ./create_config ] && [ -x "$compare" ] ||
+    { echo "./train, ./create_config or $compare is missing: run make"; exit 1; }
 grep -q avx2 /proc/cpuinfo || { echo "this CPU has no AVX2: nothing to compare"; exit 77; }
 tree=$(mktemp -d /tmp/picotron_same_bits.XXXXXX)
 trap 'rm -rf "$tree"' EXIT
 tar --exclude=./.git --exclude='./build*' --exclude=./bundle --exclude=./tmp --exclude=./bench/.venv \
     --exclude=./train --exclude=./create_config -cf - . | tar -xf - -C "$tree"
 start=$(date +%s)
-if ! (cd "$tree" && make -j2 OPT="-O2 -march=x86-64-v3 -g" train) >"$tree/build.log" 2>&1; then
+# the flags of the build under test (make test-asan sets them), x86-64-v3 for -march=native
+opt=${PICOTRON_OPT:--O2 -march=native -g}
+if ! (cd "$tree" && make -j2 OPT="${opt/-march=native/-march=x86-64-v3}" \
+    SANITIZE="${PICOTRON_SANITIZE:-}" train) >"$tree/build.log" 2>&1; then
     tail -n 20 "$tree/build.log"
     echo "FAIL: the x86-64-v3 build"
     exit 1
@@ -36,7 +40,7 @@ losses() { python3 -c "import json, sys; print(*(json.loads(l)['loss'] for l in 
 a=$(losses "$tree/runs/native.jsonl") b=$(losses "$tree/runs/v3.jsonl")
 if [ "$a" = "$b" ]; then echo "ok   losses of 3 steps: $a (both builds)"
 else echo "FAIL losses: native $a, x86-64-v3 $b"; status=1; fi
-if build/tests/tool_compare_checkpoints "$tree/runs/native/3" "$tree/runs/v3/3" 0; then
+if "$compare" "$tree/runs/native/3" "$tree/runs/v3/3" 0; then
     echo "ok   the step-3 checkpoints are equal, bit for bit"
 else echo "FAIL the step-3 checkpoints differ"; status=1; fi
 exit $status

@@ -706,7 +706,11 @@ static void test_elementwise_and_memory(void) {
     double gemm = 2.0 * n * n * n / best;
     printf("512^3 SGEMM %.3g FLOP/s = %.0f%% of the peak\n", gemm, 100 * gemm / peak);
     check("SGEMM rate / peak <= 1.05", gemm / peak, 1.05);
+#ifdef __SANITIZE_ADDRESS__ // make test-asan: gemm.c at -O1 with every load checked runs at 7%
+    printf("peak / SGEMM rate not checked: this build is instrumented (make test-asan)\n");
+#else
     check("peak / SGEMM rate <= 1.6 (the peak is not inflated)", peak / gemm, 1.6);
+#endif
     free(a), free(b), free(c);
     device_free(dev), device_free(dev2);
     free(x), free(y), free(y0), free(z);
