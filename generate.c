@@ -422,6 +422,6 @@ int main(int argc, char **argv) {
     if (tok) tokenizer_free(tok);
     free(ids);
     free(tokens);
-    mpiCheck(MPI_Finalize());
+    mpi_finalize_watched(cfg.timeout_s);
     return 0;
 }

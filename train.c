@@ -294,6 +294,6 @@ int main(int argc, char **argv) {
     else
         dataset_free(&ds);
     process_group_manager_free(&pgm);
-    mpiCheck(MPI_Finalize());
+    mpi_finalize_watched(cfg.timeout_s);
     return 0;
 }

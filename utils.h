@@ -24,6 +24,9 @@ void user_errors_init(void);
 #define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
 void mpi_check(int err, const char *what, const char *file, int line);
 
+// MPI_Finalize, ended with one line and exit status 1 should it not return within timeout_s
+void mpi_finalize_watched(double timeout_s);
+
 // calloc that never returns failure
 void *xmalloc_at(size_t bytes, const char *file, int line);
 #define xmalloc(bytes) xmalloc_at((bytes), __FILE__, __LINE__)
@@ -55,6 +58,7 @@ int edit_distance(const char *a, const char *b);
 //   KILL_RANK_IN_SAVE=r      checkpoint.c: rank r dies half-way through writing its part (t_59)
 //   CAST_AT_EVERY_PRODUCT=1  backend/cuda: bf16 products cast every operand, keeping no copy (t_81)
 //   NCCL_GROUP_OF_ONE=1      backend/cuda/comm_nccl.cu: one-rank groups use NCCL too (check.sh)
+//   HANG_IN_FINALIZE=1       utils.c: MPI_Finalize never returns, as it sometimes does (t_47)
 // Returns the value, or NULL when it is not set.
 const char *test_switch(const char *name);
 

@@ -2,7 +2,10 @@
 # The watchdog: a rank stopped mid-training (SIGSTOP, as a wedged device or a lost node looks to
 # its peers) ends the whole job within distributed.timeout_s plus a few seconds, non-zero, with
 # one line naming the rank that waited, the group and the operation; for a stopped dp peer, tp
-# peer and pipeline stage. And a timeout_s that is not positive is refused in one line.
+# peer and pipeline stage. And a timeout_s that is not positive is refused in one line. And an
+# MPI_Finalize that never returns (PICOTRON_TEST_HANG_IN_FINALIZE=1: MPICH over UCX sometimes
+# hangs there, utils.c) ends the finished job within timeout_s plus a few seconds, exit 1, with
+# one line from the rank that gives up first (mpirun ends the others then), while the same run without it ends 0 and says nothing of the kind.
 cd "$(dirname "$0")/.." || exit 1
 command -v mpirun >/dev/null || { echo "mpirun not found: install mpich (make deps)"; exit 77; }
 TIMEOUT_S=5 # distributed.timeout_s of every case
@@ -73,4 +76,23 @@ for bad in 0 -1; do
     echo "timeout_s = $bad: exit $rc: $msg"
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$msg" | grep -c .)" = 1 ] || status=1
 done
+
+# the finished run's MPI_Finalize: watched only where it hangs
+fin() { # SWITCH: runs 2 steps on dp 2; prints "exit seconds lines", lines naming the hung finalize
+    local start rc
+    start=$(date +%s.%N)
+    env ${1:+PICOTRON_TEST_HANG_IN_FINALIZE=$1} timeout 60 mpirun -np 2 ./train --config "$dir/fin.json" \
+        >"$dir/fin$1.log" 2>&1
+    rc=$?
+    echo "$rc $(echo "$(date +%s.%N) - $start" | bc) $(grep -c 'MPI_Finalize has not returned' \
+        "$dir/fin$1.log")"
+}
+sed 's/"total_train_steps": 100000/"total_train_steps": 2/' "$dir/dp_peer.json" >"$dir/fin.json"
+read -r rc secs lines < <(fin "")
+echo "finalize that returns: exit $rc after $secs s, $lines lines of a hung finalize"
+[ "$rc" = 0 ] && [ "$lines" = 0 ] && grep -q 'Step: 2 ' "$dir/fin.log" || { status=1; tail -3 "$dir/fin.log"; }
+read -r rc secs lines < <(fin 1)
+echo "finalize that hangs: exit $rc after $secs s, $lines lines of a hung finalize"
+[ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$lines" -ge 1 ] && grep -q 'Step: 2 ' "$dir/fin1.log" &&
+    [ "$(echo "$secs < $TIMEOUT_S + $SLACK_S" | bc)" = 1 ] || { status=1; tail -3 "$dir/fin1.log"; }
 exit $status
