@@ -124,8 +124,12 @@ void mpi_finalize_watched(double timeout_s) {
              world_rank(), seconds);
     fflush(stdout);
     fflush(stderr);
-    struct sigaction sa = {.sa_handler = on_finalize_timeout};
+    struct sigaction sa = {.sa_handler = on_finalize_timeout}, stop = {.sa_handler = SIG_DFL};
     sigaction(SIGALRM, &sa, NULL);
+    // the run is over: a stop signal (Slurm's, or a user's kill) ends the rank now, where
+    // on_stop_signal would only note it for a step that never comes
+    sigaction(SIGTERM, &stop, NULL);
+    sigaction(SIGUSR1, &stop, NULL);
     alarm(seconds);
     if (test_switch("HANG_IN_FINALIZE"))
         for (;;) pause(); // what the hang looks like to this rank: a call that never returns

@@ -5,7 +5,8 @@
 # peer and pipeline stage. And a timeout_s that is not positive is refused in one line. And an
 # MPI_Finalize that never returns (PICOTRON_TEST_HANG_IN_FINALIZE=1: MPICH over UCX sometimes
 # hangs there, utils.c) ends the finished job within timeout_s plus a few seconds, exit 1, with
-# one line from the rank that gives up first (mpirun ends the others then), while the same run without it ends 0 and says nothing of the kind.
+# one line from the rank that gives up first (mpirun ends the others then), or at once when a
+# rank is sent SIGTERM there; the same run without the switch ends 0 and says nothing of it.
 cd "$(dirname "$0")/.." || exit 1
 command -v mpirun >/dev/null || { echo "mpirun not found: install mpich (make deps)"; exit 77; }
 TIMEOUT_S=5 # distributed.timeout_s of every case
@@ -95,4 +96,24 @@ read -r rc secs lines < <(fin 1)
 echo "finalize that hangs: exit $rc after $secs s, $lines lines of a hung finalize"
 [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$lines" -ge 1 ] && grep -q 'Step: 2 ' "$dir/fin1.log" &&
     [ "$(echo "$secs < $TIMEOUT_S + $SLACK_S" | bc)" = 1 ] || { status=1; tail -3 "$dir/fin1.log"; }
+# a hung finalize that is sent SIGTERM (a user's kill, Slurm's stop) ends at once, not after
+# timeout_s: the run is over, nothing is left to save
+sed 's/"timeout_s": [0-9]*/"timeout_s": 300/' "$dir/fin.json" >"$dir/fin_term.json"
+PICOTRON_TEST_HANG_IN_FINALIZE=1 timeout 60 mpirun -np 2 ./train --config "$dir/fin_term.json" \
+    >"$dir/fin_term.log" 2>&1 &
+job=$! waited=0
+# the last line rank 0 prints before its finalize, then a second for rank 1 to reach its own
+until grep -q 'overlapped the backward' "$dir/fin_term.log" || [ $waited -ge 60 ]; do
+    sleep 0.5; waited=$((waited + 1))
+done
+sleep 1
+victim=$(rank_pid "$(pgrep -P $job)" 1)
+start=$(date +%s.%N)
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $job
+rc=$?
+secs=$(echo "$(date +%s.%N) - $start" | bc)
+echo "finalize that hangs, rank 1 sent SIGTERM: exit $rc after $secs s"
+[ -n "$victim" ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$(echo "$secs < $SLACK_S" | bc)" = 1 ] ||
+    { status=1; tail -3 "$dir/fin_term.log"; }
 exit $status
