@@ -106,7 +106,7 @@ void user_error(const char *fmt, ...) {
 // MPICH 4.0.2 over UCX 1.13 can hang inside MPI_Finalize, closing its connections: a rank whose
 // closes are done waits in the process manager's barrier and stops answering a peer whose close
 // still waits for it (seen on one node once in about 135 runs of 8 ranks, and in half the runs
-// across two nodes over TCP: tests/finalize_shim.c). By then the run's work is done and saved, so
+// across two nodes over TCP: tests/finalize_shim.c). By then the run's work is done, so
 // a finalize that has not returned within distributed.timeout_s says so and ends the job, rather
 // than hold its nodes until the time limit. write() and _exit() are all a signal handler may call.
 static char finalize_hung_line[256];
@@ -119,17 +119,17 @@ static void on_finalize_timeout(int sig) {
 void mpi_finalize_watched(double timeout_s) {
     unsigned seconds = timeout_s < 1 ? 1 : (unsigned)(timeout_s + 0.999);
     snprintf(finalize_hung_line, sizeof finalize_hung_line,
-             "[rank %d] MPI_Finalize has not returned after %u s (distributed.timeout_s): the run "
-             "is done and saved; MPI hung closing its connections, so this rank ends the job\n",
+             "[rank %d] MPI_Finalize has not returned after %u s (distributed.timeout_s): the run's "
+             "work is done; MPI hung closing its connections, so this rank ends the job\n",
              world_rank(), seconds);
     fflush(stdout);
     fflush(stderr);
     struct sigaction sa = {.sa_handler = on_finalize_timeout}, stop = {.sa_handler = SIG_DFL};
-    sigaction(SIGALRM, &sa, NULL);
     // the run is over: a stop signal (Slurm's, or a user's kill) ends the rank now, where
     // on_stop_signal would only note it for a step that never comes
-    sigaction(SIGTERM, &stop, NULL);
-    sigaction(SIGUSR1, &stop, NULL);
+    if (sigaction(SIGALRM, &sa, NULL) != 0 || sigaction(SIGTERM, &stop, NULL) != 0 ||
+        sigaction(SIGUSR1, &stop, NULL) != 0)
+        FAIL("", "cannot install the SIGALRM handler or reset SIGTERM/SIGUSR1 for MPI_Finalize");
     alarm(seconds);
     if (test_switch("HANG_IN_FINALIZE"))
         for (;;) pause(); // what the hang looks like to this rank: a call that never returns

@@ -29,6 +29,12 @@ rank_pid() {
     done
 }
 
+# waits until file $1 holds a line matching $2, for at most 30 s
+wait_for_line() {
+    local waited=0
+    until grep -q "$2" "$1" || [ $waited -ge 60 ]; do sleep 0.5; waited=$((waited + 1)); done
+}
+
 # case_stop NAME LAYOUT VICTIM EXPECT: 2 ranks in LAYOUT, rank VICTIM stopped once a step is
 # logged; the line must match EXPECT (grep -E)
 case_stop() {
@@ -38,8 +44,8 @@ case_stop() {
  "training": {"total_train_steps": 100000, "seq_length": 64, "micro_batch_size": 1}}
 JSON
     timeout 120 mpirun -np 2 ./train --config "$dir/$name.json" >"$dir/$name.log" 2>&1 &
-    local job=$! waited=0
-    until grep -q 'Step: ' "$dir/$name.log" || [ $waited -ge 60 ]; do sleep 0.5; waited=$((waited + 1)); done
+    local job=$!
+    wait_for_line "$dir/$name.log" 'Step: '
     local victim
     victim=$(rank_pid "$(pgrep -P $job)" "$victim_rank")
     [ -n "$victim" ] || { echo "$name: rank $victim_rank's pid not found"; kill $job; status=1; return; }
@@ -101,11 +107,9 @@ echo "finalize that hangs: exit $rc after $secs s, $lines lines of a hung finali
 sed 's/"timeout_s": [0-9]*/"timeout_s": 300/' "$dir/fin.json" >"$dir/fin_term.json"
 PICOTRON_TEST_HANG_IN_FINALIZE=1 timeout 60 mpirun -np 2 ./train --config "$dir/fin_term.json" \
     >"$dir/fin_term.log" 2>&1 &
-job=$! waited=0
+job=$!
 # the last line rank 0 prints before its finalize, then a second for rank 1 to reach its own
-until grep -q 'overlapped the backward' "$dir/fin_term.log" || [ $waited -ge 60 ]; do
-    sleep 0.5; waited=$((waited + 1))
-done
+wait_for_line "$dir/fin_term.log" 'overlapped the backward'
 sleep 1
 victim=$(rank_pid "$(pgrep -P $job)" 1)
 start=$(date +%s.%N)
