@@ -51,6 +51,11 @@ typedef struct {
     int avg_size;
     float *move_to, *move_from; // CPU reduce-scatter: MPI leaves this rank's piece at the front
     size_t move_n;
+    // CPU all-reduce in a group of two: the partner's copy lands in partner_copy, and comm_wait
+    // adds it (or takes the max) into partner_into
+    float *partner_into, *partner_copy;
+    size_t partner_n;
+    int partner_max;
     int *mpi_layout; // MPI_Ialltoallv's counts and displacements: MPI reads them until it ends
     void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
     // for comm_log.c: what travels, on which group, since when; OP_NONE: nothing (more) to record.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Claim: every collective of backend/comm.h (sum, mean, max, send/recv, send_recv, two handles in
-# flight, all_to_all with its counts exchange, a group of one) equals a locally computed reference
-# on 4 and on 8 ranks (tolerances in tests/test_comm.c); a rank that fails while the others wait
-# in all_reduce ends the whole job, non-zero, within LIMIT_S seconds; a count above INT_MAX is
-# refused with a message.
+# flight with a message between them, all_to_all with its counts exchange, a group of one) equals a
+# locally computed reference on 4 and on 8 ranks, in groups of 8, 4, 2 and 1 (tolerances in
+# tests/test_comm.c), and an all-reduce leaves the same bits on every rank; a rank that fails
+# while the others wait in all_reduce ends the whole job, non-zero, within LIMIT_S seconds; a count
+# above INT_MAX is refused with a message.
 set -u
 BUILD=${PICOTRON_BUILD:-build}
 BIN=$BUILD/tests/test_comm

@@ -73,6 +73,12 @@ static void check_all_reduce(Group *g, size_t n, int salt) {
             if (op == REDUCE_MAX) err = fmax(err, rel_err(x[i], max));
         }
         report(names[op], n, g, err, op == REDUCE_MAX ? 0 : TOL_REDUCE);
+        // tensor parallelism keeps replicas that must stay alike: the same bits on every rank
+        float *first = xmalloc(n * sizeof(float));
+        memcpy(first, x, n * sizeof(float));
+        mpiCheck(MPI_Bcast(first, (int)n, MPI_FLOAT, 0, g->comm));
+        report("  same bits on every rank", n, g, memcmp(first, x, n * sizeof(float)) != 0, 0);
+        free(first);
     }
     free(x);
 }
@@ -108,14 +114,23 @@ static void check_reduce_scatter_all_gather(Group *g, size_t pieces, int salt) {
     free(x);
 }
 
-// two reductions in flight at once, completed in the reverse of the order they started
+// two reductions in flight at once, with a message to the next rank of the same group started
+// after the first on even ranks and before it on odd ones (MPI lets the two orders meet; a pair's
+// reduction is messages too, and they must not take each other's), completed in reverse order
 static void check_overlap(Group *g, size_t n, int salt) {
     float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float));
+    float *mine = xmalloc(n * sizeof(float)), *from_prev = xmalloc(n * sizeof(float));
+    int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
     fill_values(a, n, g->rank, salt);
     fill_values(b, n, g->rank, salt + 1);
-    Handle ha = all_reduce_start(a, n, REDUCE_AVG, g);
+    fill_values(mine, n, g->rank, salt + 2);
+    Handle hm, ha;
+    if (g->rank % 2 == 1) hm = send_recv_start(mine, next, from_prev, prev, n, g);
+    ha = all_reduce_start(a, n, REDUCE_AVG, g);
+    if (g->rank % 2 == 0) hm = send_recv_start(mine, next, from_prev, prev, n, g);
     Handle hb = all_reduce_start(b, n, REDUCE_MAX, g);
     comm_wait(&hb);
+    comm_wait(&hm);
     comm_wait(&ha);
     comm_wait(&ha); // waiting on a finished handle is harmless and does not scale twice
     double err = 0;
@@ -128,10 +143,13 @@ static void check_overlap(Group *g, size_t n, int salt) {
         }
         err = fmax(err, sum_err(a[i], sum / g->size, mag / g->size));
         err = fmax(err, rel_err(b[i], max));
+        err = fmax(err, rel_err(from_prev[i], value(prev, i, salt + 2)));
     }
     report("2 all_reduce_start, rev wait", n, g, err, TOL_REDUCE);
     free(a);
     free(b);
+    free(mine);
+    free(from_prev);
 }
 
 // A running sum travels once round the ring with send/recv: rank 0 starts it, rank r adds its
