@@ -11,22 +11,24 @@
 #include <omp.h>
 #include <string.h>
 
-#define ROW_ALIGN 28 // rows per share: a multiple of gemm.c's micro-tile rows (14 or 6)
+#define MIN_SPLIT_ROWS 56 // fewer rows than this run on one thread
 
 // C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major, one share of the rows per
-// thread
+// thread. The shares are whole micro-tiles of gemm.c (SGEMM_MR rows), as even as they can be:
+// the slowest thread sets the product's time, and a ragged tile costs a whole one.
 static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads == 1 || M < 2 * ROW_ALIGN) {
+    if (threads == 1 || M < MIN_SPLIT_ROWS) {
         sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     sgemm_reserve(threads);
-    int share = ((M + threads - 1) / threads + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    int tiles = (M + SGEMM_MR - 1) / SGEMM_MR;
 #pragma omp parallel for
     for (int t = 0; t < threads; t++) {
-        int m0 = t * share, m = M - m0 < share ? M - m0 : share;
+        int m0 = (int)((long)tiles * t / threads) * SGEMM_MR;
+        int m1 = (int)((long)tiles * (t + 1) / threads) * SGEMM_MR, m = (m1 < M ? m1 : M) - m0;
         // row m0 of op(A): a row of A, or a column when A is stored transposed
         const float *A_rows = trans_a ? A + m0 : A + (size_t)m0 * lda;
         if (m > 0)
