@@ -91,19 +91,18 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                         for (int r = 0; r < rows; r++) {
                             float *pr = p + (size_t)r * nk, m = -INFINITY;
                             int qp = q_pos[i0 + r];
-#pragma omp simd reduction(max : m)
-                            for (int j = 0; j < nk; j++) {
-                                pr[j] = k_pos[j] > qp ? -INFINITY : pr[j];
-                                m = pr[j] > m ? pr[j] : m;
-                            }
-                            if (m == -INFINITY) m = 0.0f; // no key for this row: all p are 0
 #pragma omp simd
-                            for (int j = 0; j < nk; j++) pr[j] = exp_approx(pr[j] - m);
-                            float lane[SUM_LANES] = {0}; // their sum, in lanes.h's fixed lanes
+                            for (int j = 0; j < nk; j++) pr[j] = k_pos[j] > qp ? -INFINITY : pr[j];
+#pragma omp simd reduction(max : m)
+                            for (int j = 0; j < nk; j++) m = pr[j] > m ? pr[j] : m;
+                            if (m == -INFINITY) m = 0.0f; // no key for this row: all p are 0
+                            // and their sum, in lanes.h's fixed lanes, in the same pass
+                            float lane[SUM_LANES] = {0};
                             int j = 0;
                             for (; j + SUM_LANES <= nk; j += SUM_LANES)
-                                for (int l = 0; l < SUM_LANES; l++) lane[l] += pr[j + l];
-                            for (; j < nk; j++) lane[j % SUM_LANES] += pr[j];
+                                for (int l = 0; l < SUM_LANES; l++)
+                                    lane[l] += pr[j + l] = exp_approx(pr[j + l] - m);
+                            for (; j < nk; j++) lane[j % SUM_LANES] += pr[j] = exp_approx(pr[j] - m);
                             float sum = sum_lanes(lane);
                             tile_sum[r] = sum;
                             tile_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
@@ -121,6 +120,7 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                             float w_new = expf(tile_lse[r] - lse_new) / tile_sum[r];
                             float *oi = out + (((size_t)b * Tq + i0 + r) * H + h) * D;
                             const float *o_r = o + (size_t)r * D;
+#pragma omp simd
                             for (int d = 0; d < D; d++) oi[d] = oi[d] * w_old + o_r[d] * w_new;
                             *lse_i = lse_new;
                         }
