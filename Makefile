@@ -9,7 +9,10 @@ SANITIZE ?=
 # -fno-trapping-math: nothing here reads the floating-point exception flags; without it gcc may
 # not evaluate a comparison that a branch would skip, so the loops with a clamp or a select
 # (exp_approx's in SwiGLU and softmax, AdamW's) stay scalar
-CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -fno-math-errno -fno-trapping-math -fvisibility=hidden -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
+# -fvect-cost-model=dynamic: -O3's; -O2's "very-cheap" model vectorises no loop that needs a test
+# at run time (whether two arrays overlap, whether the count is a multiple of the vector), which
+# left most elementwise loops scalar (RMSNorm's, the GEMM's packing)
+CFLAGS   = $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -fno-math-errno -fno-trapping-math -fvect-cost-model=dynamic -fvisibility=hidden -I. $(shell pkg-config --cflags libcjson 2>/dev/null) $(SANITIZE)
 LDLIBS   = -lcjson -lm -fopenmp $(SANITIZE)
 BUILD   ?= build
 NP      ?= 8
