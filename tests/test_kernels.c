@@ -190,6 +190,25 @@ static void test_sgemm(void) {
     check("matmul_forward on 3 threads = 1 thread, bit for bit", rel_to_max(rows, whole, M * N),
           0.0);
     free(A), free(B), free(whole), free(rows), free(cols);
+    // the backward's products, which matmul.c splits by rows or by columns as they pack less:
+    // dweight (OC, C) by rows where OC > C, by columns where OC < C; dinp by columns
+    const int shapes[][3] = {{130, 60, 100}, {130, 100, 60}}; // tokens, C, OC
+    for (int s = 0; s < 2; s++) {
+        int T = shapes[s][0], Cin = shapes[s][1], OC = shapes[s][2];
+        float *dout = rand_array((size_t)T * OC, 1.0f), *inp = rand_array((size_t)T * Cin, 1.0f);
+        float *w = rand_array((size_t)OC * Cin, 1.0f), *dinp[2], *dw[2];
+        for (int run = 0; run < 2; run++) {
+            dinp[run] = zeros((size_t)T * Cin), dw[run] = zeros((size_t)OC * Cin);
+            omp_set_num_threads(run == 0 ? 1 : 3);
+            matmul_backward(dinp[run], dw[run], dout, inp, w, T, Cin, OC);
+        }
+        omp_set_num_threads(threads);
+        snprintf(what, sizeof what, "matmul_backward C %d OC %d on 3 threads = 1, bit for bit", Cin,
+                 OC);
+        check(what, fmax(rel_to_max(dinp[1], dinp[0], (size_t)T * Cin),
+                         rel_to_max(dw[1], dw[0], (size_t)OC * Cin)), 0.0);
+        free(dout), free(inp), free(w), free(dinp[0]), free(dinp[1]), free(dw[0]), free(dw[1]);
+    }
 }
 #endif
 

@@ -1,39 +1,58 @@
 // A linear layer without bias, weight stored as torch stores it (OC, C), through gemm.c's
-// product. The threads split the rows of each product and every one runs the product on its
-// share, with its own packed panels: no thread waits for another inside a product. (BLIS's own
-// threads meet at barriers inside every product and spin there; with anything else on a core,
-// another rank or another program, a 2-thread product of our shapes measured 2 to 20x slower
-// than one thread.) Every element sums its products in the same order whatever its row: the
-// same bits as one thread.
+// product. The threads split each product, the rows of C or its columns, and every one runs the
+// product on its share, with its own packed panels: no thread waits for another inside a
+// product. (BLIS's own threads meet at barriers inside every product and spin there; with
+// anything else on a core, another rank or another program, a 2-thread product of our shapes
+// measured 2 to 20x slower than one thread.) Every element sums its products in the same order
+// wherever it sits: the same bits as one thread.
 #include "backend/backend.h"
 #include "backend/kernel_time.h"
 #include "backend/cpu/gemm.h"
 #include <omp.h>
 #include <string.h>
 
-#define MIN_SPLIT_ROWS 56 // fewer rows than this run on one thread
+#define MIN_SPLIT 56 // fewer rows or columns than this run on one thread
 
-// C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major, one share of the rows per
-// thread. The shares are whole micro-tiles of gemm.c (SGEMM_MR rows), as even as they can be:
-// the slowest thread sets the product's time, and a ragged tile costs a whole one.
+// thread t's share [*i0, *i1) of n, in whole units, as even as they can be: the slowest thread
+// sets the product's time, and a ragged micro-tile costs a whole one
+static void share(int *i0, int *i1, int t, int threads, int n, int unit) {
+    long units = (n + unit - 1) / unit;
+    *i0 = (int)(units * t / threads) * unit;
+    *i1 = (int)(units * (t + 1) / threads) * unit;
+    if (*i1 > n) *i1 = n;
+}
+
+// C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major, one share per thread.
+// Each thread packs the panels it reads: every one all of B in a split of the rows, its own
+// columns of B in a split of the columns (and then every one all of A, where A is transposed
+// and must be packed). The split that packs less.
 static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads == 1 || M < MIN_SPLIT_ROWS) {
+    double pack_rows = (double)threads * K * N + (trans_a ? (double)M * K : 0.0);
+    double pack_cols = (double)K * N + (trans_a ? (double)threads * M * K : 0.0);
+    int by_cols = N >= MIN_SPLIT && pack_cols < pack_rows;
+    if (threads == 1 || (M < MIN_SPLIT && !by_cols)) {
         sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     sgemm_reserve(threads);
-    int tiles = (M + SGEMM_MR - 1) / SGEMM_MR;
 #pragma omp parallel for
     for (int t = 0; t < threads; t++) {
-        int m0 = (int)((long)tiles * t / threads) * SGEMM_MR;
-        int m1 = (int)((long)tiles * (t + 1) / threads) * SGEMM_MR, m = (m1 < M ? m1 : M) - m0;
-        // row m0 of op(A): a row of A, or a column when A is stored transposed
-        const float *A_rows = trans_a ? A + m0 : A + (size_t)m0 * lda;
-        if (m > 0)
-            sgemm(trans_a, trans_b, m, N, K, alpha, A_rows, lda, B, ldb, beta, C + (size_t)m0 * ldc,
-                  ldc);
+        int i0, i1;
+        if (by_cols) { // columns [i0, i1) of op(B) and C
+            share(&i0, &i1, t, threads, N, SGEMM_NR);
+            const float *B_cols = trans_b ? B + (size_t)i0 * ldb : B + i0;
+            if (i1 > i0)
+                sgemm(trans_a, trans_b, M, i1 - i0, K, alpha, A, lda, B_cols, ldb, beta, C + i0,
+                      ldc);
+        } else { // rows [i0, i1) of op(A) and C: rows of A, or columns where A is transposed
+            share(&i0, &i1, t, threads, M, SGEMM_MR);
+            const float *A_rows = trans_a ? A + i0 : A + (size_t)i0 * lda;
+            if (i1 > i0)
+                sgemm(trans_a, trans_b, i1 - i0, N, K, alpha, A_rows, lda, B, ldb, beta,
+                      C + (size_t)i0 * ldc, ldc);
+        }
     }
 }
 
