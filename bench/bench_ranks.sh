@@ -3,11 +3,13 @@
 # model and global batch trained by one process with 2 threads (dp1, micro-batch 4, grad_acc 4)
 # and by mpirun -np 8 (dp2 x tp2 x pp2 1F1B, 1 thread each, micro-batch 4, grad_acc 2). Prints
 # tokens/s of each (global-batch tokens over the mean step time of steps WARMUP+1..) and the ratio
-# 8 ranks / 1 process, for the tiny and the 512-hidden model. A benchmark, not a test.
-#   bash bench/bench_ranks.sh [tiny|large|all]
+# 8 ranks / 1 process, for the tiny and the 512-hidden model, REPEATS times by turns (default 3)
+# and their median. A benchmark, not a test.
+#   bash bench/bench_ranks.sh [tiny|large|all]      (STEPS, WARMUP, REPEATS to change them)
 cd "$(dirname "$0")/.." || exit 1
 WARMUP=${WARMUP:-2}
 STEPS=${STEPS:-5}
+REPEATS=${REPEATS:-3}
 which=${1:-all}
 case $which in tiny|large|all) ;; *) echo "usage: $0 [tiny|large|all]" >&2; exit 2 ;; esac
 if [ ! -x ./train ] || [ ! -x ./create_config ]; then
@@ -38,16 +40,24 @@ PY
 }
 
 run_case() {   # name, then the architecture flags
-    local name=$1
+    local name=$1 ones=() eights=() ratios=()
     shift
-    local one eight
-    one=$(tokens_per_s "$name-1" 1 2 --mbs 4 --grad_acc_steps 4 "$@") || one=failed
-    eight=$(tokens_per_s "$name-8" 8 1 --dp 2 --tp 2 --pp 2 --pp_engine 1f1b --mbs 4 \
-        --grad_acc_steps 2 "$@") || eight=failed
-    local ratio=n/a
-    [[ $one =~ ^[0-9.]+$ && $eight =~ ^[0-9.]+$ ]] &&
-        ratio=$(python3 -c "print('%.2f' % ($eight / $one))")
-    printf "%-8s %22s %30s %8s\n" "$name" "$one" "$eight" "$ratio"
+    # the two runs by turns, REPEATS times: the shared machine moves one run by 10-20%, so
+    # each ratio compares runs a few seconds apart, and the median is printed
+    for ((r = 0; r < REPEATS; r++)); do
+        local one eight
+        one=$(tokens_per_s "$name-1" 1 2 --mbs 4 --grad_acc_steps 4 "$@") || one=failed
+        eight=$(tokens_per_s "$name-8" 8 1 --dp 2 --tp 2 --pp 2 --pp_engine 1f1b --mbs 4 \
+            --grad_acc_steps 2 "$@") || eight=failed
+        ones+=("$one") eights+=("$eight")
+        [[ $one =~ ^[0-9.]+$ && $eight =~ ^[0-9.]+$ ]] &&
+            ratios+=("$(python3 -c "print('%.2f' % ($eight / $one))")")
+    done
+    local median=n/a
+    [ ${#ratios[@]} -gt 0 ] && median=$(printf '%s\n' "${ratios[@]}" | sort -n |
+        awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+    printf "%-8s %22s %30s %8s\n" "$name" "${ones[*]}" "${eights[*]}" "${ratios[*]:-n/a}"
+    printf "%-8s %62s %8s\n" "" "median 8 / 1" "$median"
 }
 
 printf "%-8s %22s %30s %8s\n" model "1 process x 2 threads" "8 ranks (dp2 tp2 pp2) x 1 thread" "8 / 1"
