@@ -1,8 +1,9 @@
 // The CPU's matrix products at a model's shapes, against the ceiling and against BLIS: each linear
 // layer's forward (out = inp @ W^T), input gradient (dinp = dout @ W) and weight gradient
-// (dW += dout^T @ inp) through backend/cpu/gemm.c as matmul.c runs them (the rows split among
-// the threads), beside BLIS's SGEMM on the same split, each as GFLOP/s and as a share of the
-// FMA peak of the cores used (memory.c's measurement). Best of REPS runs of each product.
+// (dW += dout^T @ inp) through backend/cpu/gemm.c as matmul.c runs them (the rows or the columns
+// split among the threads, whichever packs less), beside BLIS's SGEMM on a split of the rows,
+// each as GFLOP/s and as a share of the FMA peak of the cores used (memory.c's measurement).
+// Best of REPS runs of each product.
 // usage: build/bench/bench_gemm tokens hidden intermediate kv_features vocab [reps]
 //        (bench/bench_gemm.sh runs the large model of bench_vs_pytorch.sh at 1 and 2 threads)
 #include "backend/backend.h"
