@@ -8,7 +8,8 @@
 # the test made is gone at its end. Needs root (CAP_NET_ADMIN); skipped otherwise.
 cd "$(dirname "$0")/.." || exit 1
 NODE_BYTES_TOL=0.10 # the links also carry TCP/IP headers, UCX's own messages and Hydra's PMI
-KILL_END_S=30       # distributed.timeout_s = 5 of the killed job, and Slurm's KillWait = 5
+KILLED_TIMEOUT_S=10 # distributed.timeout_s of the job whose rank is killed: room for a slow start
+KILL_END_S=30       # that timeout, Slurm's KillWait = 5, and the time to notice
 skip() { echo "$*"; exit 77; }
 source tests/nodes_lib.sh
 source tests/nodes_slurm.sh
@@ -123,19 +124,28 @@ else
         echo "FAIL Slurm: the 2-node job's metrics row '$row'"
         fails=$((fails + 1))
     fi
-    submit killed 100000 5 || { echo "FAIL: submitting the job to kill"; fails=$((fails + 1)); }
-    log=""
-    for ((t = 0; t < 120; t++)); do
+    # the first job's nodes are free before the second is submitted: a slow machine's Slurm may
+    # still be ending it, and the second would wait in the queue
+    for ((t = 0; t < 120; t++)); do [ -z "$(squeue -h -o %A)" ] && break; sleep 0.5; done
+    submit killed 100000 $KILLED_TIMEOUT_S || { echo "FAIL: submitting the job to kill"; fails=$((fails + 1)); }
+    log="" victim=""
+    for ((t = 0; t < 240; t++)); do # until 2 steps are logged and a rank on node 1 is found
         log=$(ls "$slurm"/killed/job/log_*.out 2>/dev/null | head -n 1)
-        [ -n "$log" ] && [ "$(grep -c 'Step:' "$log")" -ge 2 ] && break
+        case "$(status killed/job)" in completed | fail | oom | timeout) break ;; esac
+        if [ -n "$log" ] && [ "$(grep -c 'Step:' "$log")" -ge 2 ]; then
+            for pid in $(ip netns pids "$(nodes_ns 1)"); do
+                [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = train ] && victim=$pid && break
+            done
+        fi
+        [ -n "$victim" ] && break
         sleep 0.5
     done
-    victim=""
-    for pid in $(ip netns pids "$(nodes_ns 1)"); do
-        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = train ] && victim=$pid && break
-    done
     if [ -z "$victim" ]; then
-        echo "FAIL Slurm: no rank of the job found on node 1"
+        steps=$(grep -c 'Step:' "$log" 2>/dev/null)
+        echo "FAIL Slurm: no rank of the job found on node 1 after $((t / 2)) s:" \
+            "status '$(status killed/job)', queue '$(squeue -h -o '%A %T %R' | tr '\n' ' ')'," \
+            "${steps:-0} steps logged"
+        tail -n 5 "$log" 2>/dev/null
         fails=$((fails + 1))
     else
         t0=$(date +%s.%N)
