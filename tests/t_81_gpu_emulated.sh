@@ -19,7 +19,7 @@
 #      and an asynchronous collective's output is NaN until the host has waited for it
 #   3. the mixture-of-experts layer's own test (tests/test_moe.c) on the CUDA kernels, each launch
 #      run twice the same way; so the Mamba mixer's and its model's (tests/test_mamba*.c)
-#   4. layouts against one rank (fp32, 3 steps, tests/layout_harness.sh's tolerances) with the nccl
+#   4. layouts against one rank (fp32, 2 steps, tests/layout_harness.sh's tolerances) with the nccl
 #      backend, one emulated GPU per rank, up to dp2 x tp2 x pp2 on 8 ranks, and interleaved 1F1B
 #      (pp2 x V2, its exchanges' one-sided halves), and a mixture-of-experts model (4 experts,
 #      top-2) on tp2 with sequence parallelism, on cp2 and with expert parallelism (ep2 x tp2);
@@ -124,7 +124,7 @@ done
 
 # 4. layouts with nccl; in a subshell: the harness sets its own EXIT trap and counters
 (
-    export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=3 PICOTRON_EMU_DEVICES=8
+    export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=2 PICOTRON_EMU_DEVICES=8
     export HARNESS_DISTRIBUTED_EXTRA='"use_cpu": false, "backend": "nccl"'
     export HARNESS_MODEL_EXTRA='"dtype": "float32"'
     # shellcheck source=tests/layout_harness.sh
@@ -159,7 +159,7 @@ done
 # one shared layer, the experts' rows read from their copies); the test switch
 # PICOTRON_TEST_CAST_AT_EVERY_PRODUCT=1 casts at every product
 (
-    export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=4 PICOTRON_EMU_DEVICES=8
+    export PICOTRON_BUILD=build-emu HARNESS_TRAIN=./train STEPS=3 PICOTRON_EMU_DEVICES=8
     export HARNESS_DISTRIBUTED_EXTRA='"use_cpu": false, "backend": "nccl"'
     export HARNESS_MODEL_EXTRA='"dtype": "bfloat16"'
     # shellcheck source=tests/layout_harness.sh

@@ -18,7 +18,7 @@
 #      (PICOTRON_CHECK_GPU=emulate): its probe (every program and library of the bundle found,
 #      the bundle's mpirun starting 2 ranks), then the steps t_81 leaves to it, the layouts dp2,
 #      tp2, tp2 sequence-parallel, pp2, cp2 and experts on ep2 with the mpi backend against one
-#      rank (the harness at 3 steps) and the benchmark at SmolLM-1.7B's shape; its logs under $OUT.
+#      rank (the harness at 2 steps) and the benchmark at SmolLM-1.7B's shape; its logs under $OUT.
 #      t_81 runs check.sh's other steps from source, so that each runs once in the suite; where
 #      no bundle can be made (exit 77), this test runs these two from source before it skips
 # Without nvcc, 1-3 check the emulator's bundle instead. Runs in a copy of the tree (bundle.sh
@@ -46,7 +46,7 @@ fi
 cd "$tree" && mkdir -p .logs || exit 1
 
 # check.sh's steps that t_81 leaves to this test (5., the emulator's own limits)
-export PICOTRON_CHECK_STEPS="3 5" STEPS=3
+export PICOTRON_CHECK_STEPS="3 5" STEPS=2 # 2 steps: an update, and one on top of its AdamW state
 # bundle [--emulate]: runs bundle.sh, prints its lines; its exit 77 (no packages to be had) ends
 # this test as a skip, once check.sh has run those steps from source instead
 bundle() {
@@ -183,7 +183,7 @@ sed 's/^/    /' .logs/rehearsal
 lap
 
 # 5. check.sh's prebuilt dry run on the emulator's bundle, this machine's libraries hidden
-echo "5. check.sh, prebuilt, on the emulator's bundle: the probe, steps $PICOTRON_CHECK_STEPS (STEPS=3)"
+echo "5. check.sh, prebuilt, on the emulator's bundle: the probe, steps $PICOTRON_CHECK_STEPS (STEPS=$STEPS)"
 emu_root=$PWD/.logs/unpacked-picotron-emu/picotron-emu
 export OUT=$PWD/.logs/out PICOTRON_CHECK_GPU=emulate PICOTRON_CHECK_PREBUILT=$PWD/$emu_archive
 timeout 900 bash tests/gpu/bundle_only.sh "$emu_root" bash tests/gpu/check.sh >.logs/dry 2>&1

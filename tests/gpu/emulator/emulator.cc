@@ -398,7 +398,10 @@ static EmuThread *current;
 static int block_size; // threads in the running block
 static Barrier block_barrier, warp_barrier[MAX_WARPS];
 static int exited, warp_exited[MAX_WARPS];
-static uint64_t warp_slots[MAX_WARPS][32];
+// a warp's shuffle slots, two sets: a shuffle writes the set of its barrier's generation parity.
+// A lane can write a set again only two warp operations later, and the one between cannot open
+// before every lane has read this one's: one barrier a shuffle instead of two
+static uint64_t warp_slots[MAX_WARPS][2][32];
 // a block's dynamic shared memory, 1024-byte aligned (as a GPU's shared window starts)
 static struct {
     unsigned char *ptr;
@@ -417,8 +420,36 @@ static int lanes_in_warp(int w) {
     return std::min(32, block_size - 32 * w);
 }
 
+// A scheduler pass visits the block's live threads in its order (run_block); each runs until it
+// waits or returns. A thread that stops switches straight to the next that can run, and only the
+// pass's last goes back to the scheduler: one switch per thread run, not two.
+static const std::vector<int> *pass_threads; // the pass's threads, in order
+static size_t pass_next;                     // the next of them to visit
+static bool pass_ran;                        // whether any ran in this pass
+
+static EmuThread *next_in_pass(void) { // the next that can run, or NULL at the pass's end
+    while (pass_next < pass_threads->size()) {
+        EmuThread *th = &threads[(*pass_threads)[pass_next++]];
+        if (th->state == WAITING && *th->wait_gen != th->wait_value) th->state = READY;
+        if (th->state == READY) return th;
+    }
+    return NULL;
+}
+
+static void switch_to_next(void **save_sp) { // saves the caller's stack pointer in save_sp
+    EmuThread *next = next_in_pass();
+    if (!next) {
+        if (save_sp != &scheduler_sp) emu_switch(save_sp, scheduler_sp); // the scheduler: none ran
+        return;
+    }
+    current = next;
+    threadIdx = next->idx;
+    pass_ran = true;
+    emu_switch(save_sp, next->sp);
+}
+
 static void yield_to_scheduler(void) {
-    emu_switch(&current->sp, scheduler_sp);
+    switch_to_next(&current->sp);
 }
 
 // the last of `expected` arrivals opens the barrier; the others wait for its generation to move
@@ -500,11 +531,10 @@ void __syncwarp(unsigned int mask) {
 uint64_t emu_warp_exchange(unsigned int mask, uint64_t value, int lane_mask, const char *what) {
     int w = warp_check(mask, what);
     int me = linear_id() % 32;
-    warp_slots[w][me] = value;
+    uint64_t *slots = warp_slots[w][warp_barrier[w].gen & 1];
+    slots[me] = value;
     warp_barrier_wait(w, what); // every lane has posted
-    uint64_t got = warp_slots[w][(me ^ lane_mask) & 31];
-    warp_barrier_wait(w, what); // every lane has read before the slots are reused
-    return got;
+    return slots[(me ^ lane_mask) & 31];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -601,8 +631,8 @@ void emu_wmma_mma(float *d, const __nv_bfloat16 *a, const __nv_bfloat16 *b, cons
 // a warp-collective call, undefined on a GPU); a WMMA call then runs for the whole warp.
 static void warp_met(int w) {
     const char *what = lane_waits_at[w][0];
-    for (int l = 1; l < 32; l++)
-        if (strcmp(lane_waits_at[w][l], what) != 0)
+    for (int l = 1; l < 32; l++) // the same call site passes the same literal: compare it first
+        if (lane_waits_at[w][l] != what && strcmp(lane_waits_at[w][l], what) != 0)
             emu_fail("kernel %s: the lanes of warp %d meet at different warp operations (lane 0 "
                      "at %s, lane %d at %s): a warp-collective call in divergent code",
                      running_kernel, w, what, l, lane_waits_at[w][l]);
@@ -666,7 +696,9 @@ static void order_of(std::vector<int> &order, int n, int kind) { // 0 forward, 1
         }
 }
 
-static void run_block(const EmuConfig &c, const std::vector<int> &order) {
+// `live`: scratch for the threads not yet returned, in `order`; a pass visits only those, so a
+// block whose other warps returned early does not scan them at every barrier of the last one
+static void run_block(const EmuConfig &c, const std::vector<int> &order, std::vector<int> &live) {
     block_size = (int)(c.block.x * c.block.y * c.block.z);
     block_barrier = Barrier{0, 0};
     exited = 0;
@@ -678,23 +710,16 @@ static void run_block(const EmuConfig &c, const std::vector<int> &order) {
             uint3{t % c.block.x, (t / c.block.x) % c.block.y, t / (c.block.x * c.block.y)};
         threads[t].state = READY;
     }
-    for (int alive = block_size; alive > 0;) {
+    live = order;
+    while (!live.empty()) {
         long before = progress;
-        bool ran = false;
-        for (int t : order) {
-            EmuThread *th = &threads[t];
-            if (th->state == DONE) continue;
-            if (th->state == WAITING) {
-                if (*th->wait_gen == th->wait_value) continue;
-                th->state = READY;
-            }
-            current = th;
-            threadIdx = th->idx;
-            emu_switch(&scheduler_sp, th->sp);
-            ran = true;
-            if (th->state == DONE) alive--;
-        }
-        if (!ran || (progress == before && alive > 0))
+        pass_threads = &live, pass_next = 0, pass_ran = false;
+        switch_to_next(&scheduler_sp); // back when the pass has visited every live thread
+        size_t kept = 0;
+        for (int t : live)
+            if (threads[t].state != DONE) live[kept++] = t;
+        live.resize(kept);
+        if (!pass_ran || (progress == before && !live.empty()))
             emu_fail("kernel %s, block (%u, %u, %u): every thread waits at a barrier that not all "
                      "of them reach (a __syncthreads or warp operation in divergent code)",
                      running_kernel, blockIdx.x, blockIdx.y, blockIdx.z);
@@ -703,7 +728,7 @@ static void run_block(const EmuConfig &c, const std::vector<int> &order) {
 
 static void run_blocks(const EmuConfig &c, int kind) {
     size_t nblocks = (size_t)c.grid.x * c.grid.y * c.grid.z;
-    std::vector<int> thread_order, block_order;
+    std::vector<int> thread_order, block_order, live;
     order_of(thread_order, (int)(c.block.x * c.block.y * c.block.z), kind);
     // blocks: forward, reverse or shuffled within each 2^20 blocks
     for (size_t b0 = 0; b0 < nblocks; b0 += 1 << 20) {
@@ -713,7 +738,7 @@ static void run_blocks(const EmuConfig &c, int kind) {
             size_t b = b0 + (size_t)i;
             blockIdx = uint3{(unsigned)(b % c.grid.x), (unsigned)((b / c.grid.x) % c.grid.y),
                              (unsigned)(b / ((size_t)c.grid.x * c.grid.y))};
-            run_block(c, thread_order);
+            run_block(c, thread_order, live);
         }
     }
 }
