@@ -14,6 +14,10 @@
 int MPI_Finalize(void) {
     PMPI_Barrier(MPI_COMM_WORLD);
     fflush(NULL);
+    // a rank that leaves the barrier first must not close its sockets while a peer still waits
+    // for the barrier's last message from it (UCX would report the closed peer as an error, and
+    // the job would end `fail` after its last step): a moment for every rank to leave
+    usleep(500 * 1000);
     // Hydra's PMI-1 wire: "cmd=finalize", then the ack (Slurm's PMI-2 does not ask for it)
     const char *fd_name = getenv("PMI_FD");
     if (fd_name && !getenv("SLURM_STEP_ID")) {

@@ -110,6 +110,7 @@ else
         echo "ok   Slurm: 2-node job completed, $steps loss lines, the report across nodes"
     else
         echo "FAIL Slurm: 2-node job '$(status finished/job)', ${steps:-0} loss lines"
+        grep -m 5 -iE 'error|abort|killed|timeout|signal|exit' "$log" 2>/dev/null
         tail -n 5 "$log" 2>/dev/null
         fails=$((fails + 1))
     fi
