@@ -30,10 +30,18 @@ typedef float FloatVector __attribute__((vector_size(16)));
 #define LANES (int)(sizeof(FloatVector) / sizeof(float))
 #define NR    SGEMM_NR // two vectors
 _Static_assert(SGEMM_NR == 2 * LANES, "gemm.h's SGEMM_NR is two of this build's vectors");
-// measured on the EPYC above (bench/bench_gemm.sh): KC 512 beat 256 and 384 by 5-10%
-#define KC           512
-#define MC           84 // a multiple of both MRs
-#define NC           1536
+// measured on the EPYC above (bench/bench_gemm.sh): KC 512 beat 256 and 384 by 5-10%; on an
+// Intel Xeon with a 48 KB L1d, by 4-5% too, and MC 168 or 252 was level with 84. Build with
+// -DKC=... (or MC, NC) in OPT to measure another blocking on another CPU.
+#ifndef KC
+#define KC 512
+#endif
+#ifndef MC
+#define MC 84 // a multiple of both MRs
+#endif
+#ifndef NC
+#define NC 1536
+#endif
 #define PANEL_FLOATS ((size_t)MC * KC + (size_t)KC * NC) // one thread's packed A and B
 
 // The threads' packed panels, kept from call to call. Grown outside parallel regions only
