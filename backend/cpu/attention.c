@@ -91,10 +91,11 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                         for (int r = 0; r < rows; r++) {
                             float *pr = p + (size_t)r * nk, m = -INFINITY;
                             int qp = q_pos[i0 + r];
-#pragma omp simd
-                            for (int j = 0; j < nk; j++) pr[j] = k_pos[j] > qp ? -INFINITY : pr[j];
 #pragma omp simd reduction(max : m)
-                            for (int j = 0; j < nk; j++) m = pr[j] > m ? pr[j] : m;
+                            for (int j = 0; j < nk; j++) { // masked and the max in one pass
+                                pr[j] = k_pos[j] > qp ? -INFINITY : pr[j];
+                                m = pr[j] > m ? pr[j] : m;
+                            }
                             if (m == -INFINITY) m = 0.0f; // no key for this row: all p are 0
                             // and their sum, in lanes.h's fixed lanes, in the same pass
                             float lane[SUM_LANES] = {0};
