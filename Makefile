@@ -118,7 +118,7 @@ test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="$(ASAN_OPT)" SANITIZE="$(ASAN)" \
 	    $(PROGRAMS:%=build-asan/bin/%) $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
 	@cp $(PROGRAMS:%=build-asan/bin/%) .
-	@ASAN_OPTIONS=detect_leaks=0 PICOTRON_BUILD=build-asan PICOTRON_OPT="$(ASAN_OPT)" \
+	@ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 PICOTRON_BUILD=build-asan PICOTRON_OPT="$(ASAN_OPT)" \
 	    PICOTRON_SANITIZE="$(ASAN)" bash tests/run_tests.sh; \
 	    status=$$?; rm -f $(PROGRAMS); exit $$status
 
