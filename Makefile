@@ -116,10 +116,11 @@ ASAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 ASAN_OPT = -O1 -g -march=native
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="$(ASAN_OPT)" SANITIZE="$(ASAN)" \
-	    $(PROGRAMS:%=build-asan/bin/%) $(patsubst $(BUILD)/%,build-asan/%,$(TESTS)) build-asan/bench/roofline
+	    $(PROGRAMS:%=build-asan/bin/%) $(patsubst $(BUILD)/%,build-asan/%,$(TESTS)) \
+	    build-asan/bench/roofline
 	@cp $(PROGRAMS:%=build-asan/bin/%) .
-	@ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 PICOTRON_BUILD=build-asan PICOTRON_OPT="$(ASAN_OPT)" \
-	    PICOTRON_SANITIZE="$(ASAN)" bash tests/run_tests.sh; \
+	@ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 PICOTRON_BUILD=build-asan \
+	    PICOTRON_OPT="$(ASAN_OPT)" PICOTRON_SANITIZE="$(ASAN)" bash tests/run_tests.sh; \
 	    status=$$?; rm -f $(PROGRAMS); exit $$status
 
 format:

@@ -90,10 +90,11 @@ static inline __attribute__((always_inline)) void micro_kernel(float *restrict c
     }
     for (int k = 0; k < kc; k++) {
         FloatVector b0 = load(b + (size_t)k * NR), b1 = load(b + (size_t)k * NR + LANES);
-        // B's panel (KC x NR, 64 KB at KC 512) outgrows a 48 KB L1d: ask for its row PREFETCH_B
-        // rows ahead, past the panel's end into the next one, which lies right after it
-        __builtin_prefetch(b + (size_t)(k + PREFETCH_B) * NR);
-        __builtin_prefetch(b + (size_t)(k + PREFETCH_B) * NR + LANES);
+        // B's panel (KC x NR, 64 KB at KC 512 with AVX-512) outgrows a 48 KB L1d: ask for its
+        // row PREFETCH_B rows ahead, past the panel's end into the next one, which lies right
+        // after it; one request a 64-byte line (two with AVX-512, one with AVX2)
+#pragma GCC unroll 2
+        for (int j = 0; j < NR; j += 16) __builtin_prefetch(b + (size_t)(k + PREFETCH_B) * NR + j);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
             float a_ik = a[i * rsa + k * csa];
