@@ -47,6 +47,7 @@ _Static_assert(SGEMM_NR == 2 * LANES, "gemm.h's SGEMM_NR is two of this build's 
 #ifndef PREFETCH_B
 #define PREFETCH_B 16
 #endif
+#define LINE_FLOATS  (64 / (int)sizeof(float)) // a prefetch fetches one 64-byte cache line
 #define PANEL_FLOATS ((size_t)MC * KC + (size_t)KC * NC) // one thread's packed A and B
 
 // The threads' packed panels, kept from call to call. Grown outside parallel regions only
@@ -92,9 +93,10 @@ static inline __attribute__((always_inline)) void micro_kernel(float *restrict c
         FloatVector b0 = load(b + (size_t)k * NR), b1 = load(b + (size_t)k * NR + LANES);
         // B's panel (KC x NR, 64 KB at KC 512 with AVX-512) outgrows a 48 KB L1d: ask for its
         // row PREFETCH_B rows ahead, past the panel's end into the next one, which lies right
-        // after it; one request a 64-byte line (two with AVX-512, one with AVX2)
+        // after it; one request a line (two with AVX-512, one with AVX2)
 #pragma GCC unroll 2
-        for (int j = 0; j < NR; j += 16) __builtin_prefetch(b + (size_t)(k + PREFETCH_B) * NR + j);
+        for (int j = 0; j < NR; j += LINE_FLOATS)
+            __builtin_prefetch(b + (size_t)(k + PREFETCH_B) * NR + j);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
             float a_ik = a[i * rsa + k * csa];
