@@ -2,8 +2,10 @@
 // al.): the softmax of each block is folded into the running (out, lse) with the log-sum-exp
 // update, so ring attention (Liu et al.) can visit the key/value blocks one by one and plain
 // attention is the ring of one. The backward recomputes probabilities from the final lse.
-// Work goes in tiles of TILE query rows of one head: the scores of a tile, (TILE, Tk), stay in
-// cache, and the products of a tile are gemm.c's.
+// Work goes in panels of the product's micro-tile rows (SGEMM_MR) of one head, each over the
+// keys its own rows see: the scores of a panel stay in cache, its products are gemm.c's, and
+// little of a causal block's future is computed. The backward sums dk and dv over tiles of
+// TILE query rows, a few panels at a time.
 #include "backend/backend.h"
 #include "backend/kernel_time.h"
 #include "backend/cpu/fast_exp.h"
@@ -16,14 +18,22 @@
 #include <omp.h>
 #include <stdlib.h>
 
-// Query rows per tile: a multiple of the product's micro-tile rows on every build (14 with
-// AVX-512, 6 without), so that no tile of the products runs cut short, and the same on every
+// Query rows per tile of the backward: a multiple of the product's micro-tile rows on every
+// build (14 with AVX-512, 6 without), so that the tile is whole panels, and the same on every
 // build, so that dk and dv sum the same tiles' terms: the same bits on an AVX2 CPU as on an
 // AVX-512 one. (42 measured as fast as 56 and faster than 84.)
 #define TILE 42
 _Static_assert(TILE % SGEMM_MR == 0, "a tile of whole micro-tiles");
 
-static Scratch forward_scratch, backward_scratch; // the threads' tiles and packed keys
+// The rows of the first of the panels that Tq rows are cut into, the rest `size` rows each: what
+// is left over, Tq % size. A panel cut short costs as much as a whole one, and first it sees the
+// fewest keys of a causal block (at seq 256, 4 rows over 32 keys, not 256). The backward's tiles
+// start at row 0: their edges decide how dk and dv round, and so the bits a run trains to.
+static int first_rows(int Tq, int size) {
+    return Tq % size ? Tq % size : size;
+}
+
+static Scratch forward_scratch, backward_scratch; // the threads' scores and packed keys
 
 // The keys [*j0, *j1) hold every key that some query of the tile sees: with ordered positions
 // the future of the tile is skipped, which halves the work of a causal block.
@@ -55,37 +65,39 @@ static double visible_pairs(const int *q_pos, const int *k_pos, int Tq, int Tk) 
 // q: (B, Tq, H, D)  k, v: (B, Tk, KV, D)  q_pos (Tq), k_pos (Tk)  out: (B, Tq, H, D)
 // lse: (B, H, Tq), both running values merged with this block's softmax
 // Parallel over (batch, kv head): the keys and values of one are packed for the products once,
-// and serve every tile of every query head that shares them.
+// and serve every panel of every query head that shares them.
 void attention_forward_block(float *out, float *lse, const float *q, const float *k, const float *v,
                              const int *q_pos, const int *k_pos, int B, int Tq, int Tk, int H,
                              int KV, int D) {
     KERNEL_TIME(KT_ATTENTION, 4.0 * D * B * H * visible_pairs(q_pos, k_pos, Tq, Tk), 0);
     float scale = 1.0f / sqrtf((float)D);
-    int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
+    int group = H / KV;
     size_t packed = sgemm_packed_floats(D, Tk) + sgemm_packed_floats(Tk, D);
-    size_t per_thread = (size_t)TILE * Tk + (size_t)TILE * D + packed;
+    size_t per_thread = (size_t)SGEMM_MR * Tk + (size_t)SGEMM_MR * D + packed;
     float *scratch = scratch_floats(&forward_scratch, omp_get_max_threads() * per_thread);
     sgemm_reserve(omp_get_max_threads());
 #pragma omp parallel
     {
-        float *p = scratch + omp_get_thread_num() * per_thread; // (TILE, Tk) scores, then probs
-        float *o = p + (size_t)TILE * Tk;                       // (TILE, D) this block's output
-        SgemmPacked kT = {o + (size_t)TILE * D, D, Tk};         // k^T (D, Tk)
+        float *p = scratch + omp_get_thread_num() * per_thread; // (MR, Tk) scores, then probs
+        float *o = p + (size_t)SGEMM_MR * Tk;                   // (MR, D) this block's output
+        SgemmPacked kT = {o + (size_t)SGEMM_MR * D, D, Tk};     // k^T (D, Tk)
         SgemmPacked vp = {kT.panels + sgemm_packed_floats(D, Tk), Tk, D}; // v (Tk, D)
-        float tile_lse[TILE], tile_sum[TILE];
+        float panel_lse[SGEMM_MR], panel_sum[SGEMM_MR];
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++) {
             for (int g = 0; g < KV; g++) {
                 sgemm_pack(kT, 1, k + ((size_t)b * Tk * KV + g) * D, KV * D);
                 sgemm_pack(vp, 0, v + ((size_t)b * Tk * KV + g) * D, KV * D);
                 for (int h = g * group; h < (g + 1) * group; h++) {
-                    for (int tile = 0; tile < tiles; tile++) {
-                        int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
+                    // each panel on its own: a query row's output is its own
+                    for (int i0 = 0, rows = first_rows(Tq, SGEMM_MR); i0 < Tq;
+                         i0 += rows, rows = SGEMM_MR) {
+                        int j0, j1;
                         visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
-                        if (j0 == j1) continue; // the whole block is in this tile's future
+                        if (j0 == j1) continue; // the whole block is in this panel's future
                         int nk = visible_width(j1, Tk);
                         const float *qt = q + (((size_t)b * Tq + i0) * H + h) * D;
-                        // p (rows, nk) = scale * q_tile @ k^T
+                        // p (rows, nk) = scale * q_panel @ k^T
                         sgemm_packed(0, rows, nk, D, scale, qt, H * D, kT, 0.0f, p, nk);
                         // p = exp(p - rowmax) on the keys each query sees, 0 elsewhere
                         for (int r = 0; r < rows; r++) {
@@ -103,22 +115,23 @@ void attention_forward_block(float *out, float *lse, const float *q, const float
                             for (; j + SUM_LANES <= nk; j += SUM_LANES)
                                 for (int l = 0; l < SUM_LANES; l++)
                                     lane[l] += pr[j + l] = exp_approx(pr[j + l] - m);
-                            for (; j < nk; j++) lane[j % SUM_LANES] += pr[j] = exp_approx(pr[j] - m);
+                            for (; j < nk; j++)
+                                lane[j % SUM_LANES] += pr[j] = exp_approx(pr[j] - m);
                             float sum = sum_lanes(lane);
-                            tile_sum[r] = sum;
-                            tile_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
+                            panel_sum[r] = sum;
+                            panel_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
                         }
                         // o (rows, D) = p @ v, not yet divided by the row sums
                         sgemm_packed(0, rows, D, nk, 1.0f, p, nk, vp, 0.0f, o, D);
-                        // merge: lse = log(exp(lse) + exp(lse_tile)), out = weighted mean of both
+                        // merge: lse = log(exp(lse) + exp(lse_panel)), out = weighted mean of both
                         for (int r = 0; r < rows; r++) {
-                            if (tile_lse[r] == -INFINITY) continue; // leaves (out, lse) as is
+                            if (panel_lse[r] == -INFINITY) continue; // leaves (out, lse) as is
                             float *lse_i = lse + ((size_t)b * H + h) * Tq + i0 + r;
-                            float top = fmaxf(*lse_i, tile_lse[r]);
+                            float top = fmaxf(*lse_i, panel_lse[r]);
                             float lse_new =
-                                top + logf(expf(*lse_i - top) + expf(tile_lse[r] - top));
+                                top + logf(expf(*lse_i - top) + expf(panel_lse[r] - top));
                             float w_old = expf(*lse_i - lse_new); // 0 while lse = -inf
-                            float w_new = expf(tile_lse[r] - lse_new) / tile_sum[r];
+                            float w_new = expf(panel_lse[r] - lse_new) / panel_sum[r];
                             float *oi = out + (((size_t)b * Tq + i0 + r) * H + h) * D;
                             const float *o_r = o + (size_t)r * D;
 #pragma omp simd
@@ -162,7 +175,7 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                               int KV, int D) {
     KERNEL_TIME(KT_ATTENTION, 8.0 * D * B * H * visible_pairs(q_pos, k_pos, Tq, Tk), 0);
     float scale = 1.0f / sqrtf((float)D);
-    int group = H / KV, tiles = (Tq + TILE - 1) / TILE;
+    int group = H / KV;
     size_t packed = 2 * sgemm_packed_floats(D, Tk) + sgemm_packed_floats(Tk, D);
     size_t per_thread = 2 * (size_t)TILE * Tk + packed;
     float *scratch = scratch_floats(&backward_scratch, omp_get_max_threads() * per_thread);
@@ -182,41 +195,49 @@ void attention_backward_block(float *dq, float *dk, float *dv, const float *dout
                 sgemm_pack(vT, 1, v + kv0, KV * D);
                 sgemm_pack(kp, 0, k + kv0, KV * D);
                 for (int h = g * group; h < (g + 1) * group; h++) {
-                    for (int tile = 0; tile < tiles; tile++) {
-                        int i0 = tile * TILE, rows = Tq - i0 < TILE ? Tq - i0 : TILE, j0, j1;
-                        visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
+                    for (int t0 = 0; t0 < Tq; t0 += TILE) {
+                        int t_rows = Tq - t0 < TILE ? Tq - t0 : TILE;
+                        int j0, j1;
+                        visible_keys(&j0, &j1, q_pos + t0, t_rows, k_pos, Tk);
                         if (j0 == j1) continue;
-                        int nk = visible_width(j1, Tk);
-                        size_t qrow = (((size_t)b * Tq + i0) * H + h) * D;
-                        const float *lse_t = lse + ((size_t)b * H + h) * Tq + i0;
-                        const float *delta_t = delta + ((size_t)b * H + h) * Tq + i0;
-                        // forward: p = exp(scale * q @ k^T - lse) on the keys a query sees
-                        sgemm_packed(0, rows, nk, D, scale, q + qrow, H * D, kT, 0.0f, p, nk);
-                        for (int r = 0; r < rows; r++) {
-                            float *pr = p + (size_t)r * nk;
-                            // a row that saw no key at all (lse = -inf) has no gradient
-                            float lse_r = lse_t[r];
-                            int qp = lse_r > -INFINITY ? q_pos[i0 + r] : INT_MIN;
+                        int nk = visible_width(j1, Tk); // the tile's keys: p, ds (t_rows, nk)
+                        // each panel's rows over the keys they see; beyond, p and ds are 0
+                        for (int i0 = t0, rows = first_rows(t_rows, SGEMM_MR); i0 < t0 + t_rows;
+                             i0 += rows, rows = SGEMM_MR) {
+                            visible_keys(&j0, &j1, q_pos + i0, rows, k_pos, Tk);
+                            int np = j0 == j1 ? 0 : visible_width(j1, Tk);
+                            float *p_i = p + (size_t)(i0 - t0) * nk,
+                                  *ds_i = ds + (size_t)(i0 - t0) * nk;
+                            size_t qrow = (((size_t)b * Tq + i0) * H + h) * D;
+                            const float *lse_i = lse + ((size_t)b * H + h) * Tq + i0;
+                            const float *delta_i = delta + ((size_t)b * H + h) * Tq + i0;
+                            // forward: p = exp(scale * q @ k^T - lse) on the keys a query sees
+                            sgemm_packed(0, rows, np, D, scale, q + qrow, H * D, kT, 0.0f, p_i, nk);
+                            // forward: out = p @ v  =>  dp = dout @ v^T
+                            sgemm_packed(0, rows, np, D, 1.0f, dout + qrow, H * D, vT, 0.0f, ds_i,
+                                         nk);
+                            for (int r = 0; r < rows; r++) {
+                                float *pr = p_i + (size_t)r * nk, *dsr = ds_i + (size_t)r * nk;
+                                // a row that saw no key at all (lse = -inf) has no gradient
+                                float lse_r = lse_i[r], delta_r = delta_i[r];
+                                int qp = lse_r > -INFINITY ? q_pos[i0 + r] : INT_MIN;
+                                // softmax backward: ds = p * (dp - delta), times scale for q @ k^T
 #pragma omp simd
-                            for (int j = 0; j < nk; j++)
-                                pr[j] = k_pos[j] > qp ? 0.0f : exp_approx(pr[j] - lse_r);
+                                for (int j = 0; j < np; j++) {
+                                    pr[j] = k_pos[j] > qp ? 0.0f : exp_approx(pr[j] - lse_r);
+                                    dsr[j] = pr[j] * (dsr[j] - delta_r) * scale;
+                                }
+                                for (int j = np; j < nk; j++) pr[j] = dsr[j] = 0.0f;
+                            }
+                            // forward: s = q @ k^T  =>  dq += ds @ k
+                            sgemm_packed(0, rows, D, np, 1.0f, ds_i, nk, kp, 1.0f, dq + qrow,
+                                         H * D);
                         }
-                        // forward: out = p @ v  =>  dv (nk, D) += p^T @ dout, dp = dout @ v^T
-                        sgemm(1, 0, nk, D, rows, 1.0f, p, nk, dout + qrow, H * D, 1.0f, dv + kv0,
+                        // dv (nk, D) += p^T @ dout, dk += ds^T @ q: the tile's rows summed
+                        size_t qrow = (((size_t)b * Tq + t0) * H + h) * D;
+                        sgemm(1, 0, nk, D, t_rows, 1.0f, p, nk, dout + qrow, H * D, 1.0f, dv + kv0,
                               KV * D);
-                        sgemm_packed(0, rows, nk, D, 1.0f, dout + qrow, H * D, vT, 0.0f, ds, nk);
-                        // softmax backward: ds = p * (dp - delta), times scale for q @ k^T
-                        for (int r = 0; r < rows; r++) {
-                            float *dsr = ds + (size_t)r * nk;
-                            const float *pr = p + (size_t)r * nk;
-                            float delta_r = delta_t[r];
-#pragma omp simd
-                            for (int j = 0; j < nk; j++)
-                                dsr[j] = pr[j] * (dsr[j] - delta_r) * scale;
-                        }
-                        // forward: s = q @ k^T  =>  dq += ds @ k, dk += ds^T @ q
-                        sgemm_packed(0, rows, D, nk, 1.0f, ds, nk, kp, 1.0f, dq + qrow, H * D);
-                        sgemm(1, 0, nk, D, rows, 1.0f, ds, nk, q + qrow, H * D, 1.0f, dk + kv0,
+                        sgemm(1, 0, nk, D, t_rows, 1.0f, ds, nk, q + qrow, H * D, 1.0f, dk + kv0,
                               KV * D);
                     }
                 }
