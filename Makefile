@@ -57,7 +57,8 @@ CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CORE_SRC))) $(BACKEND_OBJ)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c tests/tool_*.c))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 ifneq ($(GPU),)
-  BENCHES := $(filter-out %/bench_gemm,$(BENCHES)) # the CPU's products against BLIS
+  # the CPU's products against BLIS, and its attention against the peak
+  BENCHES := $(filter-out %/bench_gemm %/bench_attention,$(BENCHES))
 endif
 
 # the programs, each its own main: ./train, ./create_config, ./prepare_data, ./generate, ./plot_loss
@@ -74,7 +75,7 @@ $(BUILD)/bin/%: $(BUILD)/%.o $(CORE_OBJ)
 $(BUILD)/tests/%: tests/%.c $(CORE_OBJ) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
-$(BUILD)/bench/%: bench/%.c $(CORE_OBJ)
+$(BUILD)/bench/%: bench/%.c $(CORE_OBJ) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
 # the CPU's products beside BLIS's, the one program that links BLIS
@@ -126,7 +127,7 @@ test-asan: deps
 	    status=$$?; rm -f $(PROGRAMS); exit $$status
 
 format:
-	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c bench/*.c
+	clang-format -i *.c *.h backend/*.h backend/cpu/*.c tests/*.c bench/*.c bench/*.h
 
 clean:
 	rm -rf build build-asan build-gpu build-emu $(PROGRAMS)

@@ -8,6 +8,7 @@
 //        (bench/bench_gemm.sh runs the large model of bench_vs_pytorch.sh at 1 and 2 threads)
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
+#include "bench/filled.h"
 #include "utils.h"
 #include <blis.h> // BLIS, the reference
 #include <math.h>
@@ -34,12 +35,6 @@ static void blis_rows(int trans_a, int trans_b, int M, int N, int K, const float
                         trans_a ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb, beta,
                         C + (size_t)m0 * ldc, ldc);
     }
-}
-
-static float *filled(size_t n) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-    return x;
 }
 
 int main(int argc, char **argv) {
