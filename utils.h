@@ -63,7 +63,8 @@ int edit_distance(const char *a, const char *b);
 const char *test_switch(const char *name);
 
 // OpenMP threads for one of ranks_on_node ranks: `wanted`, or fewer so that the node's cores are
-// not oversubscribed (rank 0 says so)
+// not oversubscribed (rank 0 says so). Ranks that outnumber the cores also switch to SCHED_BATCH,
+// to take turns on them (utils.c)
 int threads_per_rank(int wanted, int ranks_on_node);
 // Slurm sends SIGTERM, or the signal its --signal asks for, ahead of a time limit: once caught,
 // the ranks finish the step, agree, save and exit. stop_signal_caught: the signal, or 0.

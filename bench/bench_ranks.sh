@@ -39,6 +39,10 @@ print("%.1f" % (tokens * len(rows) / sum(r["seconds"] for r in rows)))
 PY
 }
 
+best_of() {   # the largest of its tokens/s arguments, leaving out runs that failed
+    printf '%s\n' "$@" | awk '$1 ~ /^[0-9.]+$/ && $1 > m { m = $1 } END { print m }'
+}
+
 run_case() {   # name, then the architecture flags
     local name=$1 ones=() eights=() ratios=()
     shift
@@ -59,9 +63,8 @@ run_case() {   # name, then the architecture flags
     # the best of each: a run is slowed, never sped up, when the VM's host shares its cores (a
     # 2-thread run then goes no faster than 1 thread for a whole run), so the best is each's speed
     local best=n/a
-    [ ${#ratios[@]} -gt 0 ] && best=$(printf '%s\n' "${ones[@]}" "-" "${eights[@]}" | awk '
-        BEGIN { side = 0 } $1 == "-" { side = 1; next } $1 ~ /^[0-9.]+$/ { if ($1 > m[side]) m[side] = $1 }
-        END { printf "%.2f", m[1] / m[0] }')
+    [ ${#ratios[@]} -gt 0 ] &&
+        best=$(python3 -c "print('%.2f' % ($(best_of "${eights[@]}") / $(best_of "${ones[@]}")))")
     printf "%-8s %22s %30s %8s\n" "$name" "${ones[*]}" "${eights[*]}" "${ratios[*]:-n/a}"
     printf "%-8s %62s %8s\n" "" "median 8 / 1" "$median"
     printf "%-8s %62s %8s\n" "" "best 8 / best 1" "$best"
