@@ -27,6 +27,10 @@ typedef struct {
     MPI_Comm comm; // always present: MPI hands out NCCL ids and carries the "mpi" backend
     void *nccl;    // ncclComm_t in the GPU build with backend "nccl", else NULL
     void *stream;  // with nccl: the group's own cudaStream_t for the *_start calls, else NULL
+    // CPU build, a tp pair on one node: its shared memory (comm_shared_pair.c), made at its first
+    // all-reduce; NULL where none was made
+    struct SharedPair *shared_pair;
+    int shared_pair_tried;
 } Group;
 
 typedef enum { REDUCE_SUM, REDUCE_AVG, REDUCE_MAX } ReduceOp;
@@ -56,6 +60,8 @@ typedef struct {
     float *partner_into, *partner_copy;
     size_t partner_n;
     int partner_max;
+    struct SharedPair *shared_pair; // or it is read from the pair's shared memory, written by
+    long shared_exchange;           // the partner's exchange number shared_exchange
     int *mpi_layout; // MPI_Ialltoallv's counts and displacements: MPI reads them until it ends
     void *device_op; // GPU build: the op's CUDA event or host staging (comm_nccl.cu)
     // for comm_log.c: what travels, on which group, since when; OP_NONE: nothing (more) to record.
@@ -79,8 +85,9 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g);
 // ZeRO-1's pair (data_parallel.c), in place on buf (n floats, n a multiple of g->size): piece r is
 // buf[r*n/size, (r+1)*n/size). reduce_scatter: once waited for, this rank's piece holds the sum (or
 // the mean) of that piece over the group; the other pieces are left undefined. all_gather: this
-// rank's piece is sent, and once waited for every piece holds its owner's. Bytes sent, for comm_log.c:
-// the whole buffer for the reduce-scatter (as an all-reduce's), this rank's piece for the gather.
+// rank's piece is sent, and once waited for every piece holds its owner's. Bytes sent, for
+// comm_log.c: the whole buffer for the reduce-scatter (as an all-reduce's), this rank's piece for
+// the gather.
 Handle reduce_scatter_start(float *buf, size_t n, ReduceOp op, Group *g);
 void reduce_scatter(float *buf, size_t n, ReduceOp op, Group *g);
 Handle all_gather_start(float *buf, size_t n, Group *g);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Claim: every collective of backend/comm.h (sum, mean, max, send/recv, send_recv, two handles in
 # flight with a message between them, all_to_all with its counts exchange, a group of one) equals a
-# locally computed reference on 4 and on 8 ranks, in groups of 8, 4, 2 and 1 (tolerances in
+# locally computed reference on 4 and on 8 ranks, in groups of 8, 4, 2 and 1, and in tensor-parallel
+# pairs, whose all-reduce goes through shared memory, each size both ways (tolerances in
 # tests/test_comm.c), and an all-reduce leaves the same bits on every rank; a rank that fails
-# while the others wait in all_reduce ends the whole job, non-zero, within LIMIT_S seconds; a count
-# above INT_MAX is refused with a message.
+# while the others wait in all_reduce ends the whole job, non-zero, within LIMIT_S seconds; a tp
+# pair's third all-reduce in flight and a count above INT_MAX are refused with a message.
 set -u
 BUILD=${PICOTRON_BUILD:-build}
 BIN=$BUILD/tests/test_comm
@@ -35,6 +36,15 @@ elif ! echo "$out" | grep -q '^\[rank 1\] .*rank 1 fails while 3 ranks wait'; th
     echo "rank 1's message is missing:"; echo "$out" | head -n 5; status=1
 elif echo "$out" | grep -q 'returned although'; then
     echo "all_reduce returned on a rank although its peer failed"; status=1
+fi
+
+out=$(timeout $LIMIT_S mpirun -np 2 "$BIN" --three-in-flight 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! echo "$out" | grep -q 'starts with 2 in flight'; then
+    echo "a tp pair's third all-reduce in flight was not refused (exit $rc):"
+    echo "$out" | head -n 5; status=1
+else
+    echo "third tp all-reduce in flight refused: $(echo "$out" | grep -m1 'in flight')"
 fi
 
 out=$(timeout $LIMIT_S mpirun -np 2 "$BIN" --huge 2>&1)

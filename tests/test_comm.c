@@ -299,6 +299,14 @@ static void check_group_of_one(Group *g) {
     check_group(g, 100);
 }
 
+// world ranks 2i and 2i + 1 as a tensor-parallel group
+static void tp_pair(Group *pair) {
+    MPI_Comm comm;
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, world_rank(), &comm));
+    group_init(pair, comm);
+    pair->kind = GROUP_TP;
+}
+
 int main(int argc, char **argv) {
     mpiCheck(MPI_Init(&argc, &argv));
     Group world;
@@ -315,6 +323,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "[rank %d] all_reduce returned although a rank failed\n", world.rank);
         return 0; // the script fails the test when it sees this line or a zero exit code
     }
+    if (argc == 2 && strcmp(argv[1], "--three-in-flight") == 0) {
+        Group pair; // a tp pair's third all-reduce in flight would wait for ever
+        tp_pair(&pair);
+        float x[3] = {1, 2, 3};
+        Handle h[3];
+        for (int i = 0; i < 3; i++) h[i] = all_reduce_start(&x[i], 1, REDUCE_SUM, &pair);
+        fprintf(stderr, "[rank %d] a third all-reduce started\n", world.rank);
+        for (int i = 0; i < 3; i++) comm_wait(&h[i]);
+        return 0;
+    }
     if (argc == 2 && strcmp(argv[1], "--huge") == 0) {
         float x = 0; // never read: the count is refused before MPI sees the pointer
         all_reduce(&x, (size_t)INT_MAX + 1, REDUCE_SUM, &world);
@@ -329,6 +347,16 @@ int main(int argc, char **argv) {
     Group half;
     group_init(&half, half_comm);
     check_group(&half, 20);
+    // tensor-parallel pairs on one node reduce through shared memory (comm_shared_pair.c), which
+    // holds as much as their first all-reduce: here 1 float (65536 at least), so 100003 goes over
+    // MPI; in the second pair 100003 first, so every size goes through shared memory
+    for (int first = 0; first < 2; first++) {
+        Group pair;
+        tp_pair(&pair);
+        if (first) check_all_reduce(&pair, SIZES[NSIZES - 1], 40);
+        check_group(&pair, 30 + 20 * first);
+        group_free(&pair);
+    }
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, world.rank, 0, &one_comm));
     Group one;
     group_init(&one, one_comm);

@@ -8,6 +8,7 @@
 #include <math.h>
 #include "backend/backend.h"
 #include "backend/comm_common.h"
+#include "backend/cpu/comm_shared_pair.h"
 #include "backend/kernel_time.h"
 
 // the pair all-reduce's messages: apart from send/recv's TAG, on a group that carries both
@@ -25,6 +26,8 @@ void group_init(Group *g, MPI_Comm comm) {
     g->kind = GROUP_OTHER;
     g->nccl = NULL;
     g->stream = NULL;
+    g->shared_pair = NULL;
+    g->shared_pair_tried = 0;
     // errors come back to mpiCheck, which names the file and line, instead of MPICH's own abort
     mpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(comm, &g->rank));
@@ -32,6 +35,7 @@ void group_init(Group *g, MPI_Comm comm) {
 }
 
 void group_free(Group *g) {
+    shared_pair_free(g);
     // the predefined communicators belong to MPI, not to us
     if (g->comm != MPI_COMM_NULL && g->comm != MPI_COMM_WORLD && g->comm != MPI_COMM_SELF)
         mpiCheck(MPI_Comm_free(&g->comm));
@@ -44,8 +48,8 @@ void comm_wait(Handle *h) {
     for (int polls = 0;; polls++) {
         int done = 0;
         MPI_Status status[2]; // not MPI_STATUSES_IGNORE: gcc mistakes it for a 0-byte array
-        if (h->count == 0) break;
-        mpiCheck(MPI_Testall(h->count, h->req, &done, status));
+        if (h->count == 0 && shared_pair_arrived(h)) break;
+        if (h->count > 0) mpiCheck(MPI_Testall(h->count, h->req, &done, status));
         if (done) break;
         comm_watchdog(h, wait_started);
         wait_pause(polls); // let the rank we are waiting for run on this core
@@ -61,7 +65,10 @@ void comm_wait(Handle *h) {
             for (size_t i = 0; i < h->partner_n; i++) y[i] = fmaxf(y[i], x[i]);
         else
             add_inplace(y, x, h->partner_n); // a + b here, b + a there: the same floats
-        free(h->partner_copy);
+        if (h->shared_pair)
+            shared_pair_read(h);
+        else
+            free(h->partner_copy);
         h->partner_copy = NULL;
     }
     if (h->move_to) {
@@ -80,7 +87,8 @@ int comm_test(Handle *h) {
     int done = 1;
     MPI_Status status[2];
     if (h->count > 0) mpiCheck(MPI_Testall(h->count, h->req, &done, status));
-    if (done) comm_wait(h); // nothing left to wait for: only the mean to take
+    done = done && shared_pair_arrived(h);
+    if (done) comm_wait(h); // nothing left to wait for: only the sum or the mean to take
     return done;
 }
 
@@ -91,15 +99,19 @@ Handle all_reduce_start(float *buf, size_t n, ReduceOp op, Group *g) {
     if (g->size == 2) {
         // Two ranks swap their copies and each adds: one exchange. MPICH's all-reduce of a large
         // buffer takes two (reduce-scatter, then all-gather), and with 8 ranks on 2 cores each
-        // exchange waits for the partner to get a core (bench/bench_ranks.sh measures it).
+        // exchange waits for the partner to get a core (bench/bench_ranks.sh measures it). A tp
+        // pair on one node swaps through shared memory instead (comm_shared_pair.c).
         h.partner_into = buf;
-        h.partner_copy = (float *)xmalloc(n * sizeof(float));
         h.partner_n = n;
         h.partner_max = op == REDUCE_MAX;
-        int partner = 1 - g->rank;
-        mpiCheck(MPI_Irecv(h.partner_copy, count, MPI_FLOAT, partner, TAG_PAIR, g->comm,
-                           &h.req[h.count++]));
-        mpiCheck(MPI_Isend(buf, count, MPI_FLOAT, partner, TAG_PAIR, g->comm, &h.req[h.count++]));
+        if (!shared_pair_start(&h, buf, n, g)) {
+            h.partner_copy = (float *)xmalloc(n * sizeof(float));
+            int partner = 1 - g->rank;
+            mpiCheck(MPI_Irecv(h.partner_copy, count, MPI_FLOAT, partner, TAG_PAIR, g->comm,
+                               &h.req[h.count++]));
+            mpiCheck(
+                MPI_Isend(buf, count, MPI_FLOAT, partner, TAG_PAIR, g->comm, &h.req[h.count++]));
+        }
     } else {
         mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, mpi_reduce_op(op), g->comm,
                                 &h.req[h.count++]));
