@@ -41,9 +41,15 @@ print("PyTorch %s, transformers %s, BLAS %s %s, CPU capability %s" % (
     mkl.group(1) if mkl else "", torch.backends.cpu.get_cpu_capability()))
 PY
 if [ -x ./train ]; then
-    # gemm.c's vectors are the widest -march=native allows (the Makefile's default OPT)
-    width=$(grep -q avx512f /proc/cpuinfo && echo "AVX-512, 14x32 tiles" || echo "AVX2, 6x16 tiles")
-    echo "./train: products backend/cpu/gemm.c ($width, if built with -march=native here)," \
+    tmp_dis=$(mktemp)
+    # gemm.c's vectors are the widest its build allowed (gemm.h): read from the binary's own
+    # instructions, not from this CPU, since OPT may have asked for less than -march=native
+    objdump -d --no-show-raw-insn ./train >"$tmp_dis" 2>/dev/null
+    if grep -q '%zmm' "$tmp_dis"; then width="AVX-512, 14x32 tiles"
+    elif grep -q '%ymm' "$tmp_dis"; then width="AVX2, 6x16 tiles"
+    else width="SSE, 6x8 tiles, or unknown: objdump found no AVX registers"; fi
+    rm -f "$tmp_dis"
+    echo "./train: products backend/cpu/gemm.c ($width, as built)," \
          "threads: ours (backend/cpu/matmul.c)"
 fi
 have_c=1
